@@ -1,0 +1,143 @@
+//! `ragwatch run`: wires source, pipeline, sampled-judge pool, evaluator and admin server together,
+//! and owns the shutdown sequence.
+//!
+//! Shutdown (SIGTERM or SIGINT): readiness goes false; the source stops consuming; the judge queue is
+//! closed and the pool finishes queued work until `shutdown.grace_secs`, after which it abandons the
+//! rest (counted as skipped `shutdown`, offsets not stored, so redelivered); final offsets are stored
+//! and committed; the admin server stops last so a final scrape still sees the counts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, SampledJudge, SourceKind};
+use crate::http::{self, AdminState};
+use crate::judge::{JudgeKind, OfflineJudge, PoolJudge, run_pool};
+use crate::pipeline::{Pipeline, Shared};
+use crate::source::{self, SourceError};
+use crate::window;
+
+/// Why `run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The admin server could not bind.
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, #[source] std::io::Error),
+    /// The source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// Runs until `stop` is cancelled (the binary cancels it on SIGTERM/SIGINT) or a non-looping file
+/// source ends and `stop` follows.
+pub async fn run(
+    config: Config,
+    env: HashMap<String, String>,
+    stop: CancellationToken,
+) -> Result<(), RunError> {
+    let shared = Shared::new(&config);
+    let ready = Arc::new(AtomicBool::new(false));
+    let server_stop = CancellationToken::new();
+    let admin = AdminState {
+        metrics: Arc::clone(&shared.metrics),
+        ready: Arc::clone(&ready),
+    };
+    let (addr, server) = http::bind(&config.http.listen, admin, server_stop.clone())
+        .await
+        .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
+    tracing::info!(%addr, "admin server listening");
+    if let Some(path) = &config.http.port_file {
+        if let Err(e) = std::fs::write(path, addr.to_string()) {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
+        }
+    }
+    let server = tokio::spawn(server);
+
+    let judges = vec![JudgeKind::Offline];
+    let abandon = CancellationToken::new();
+    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+    let (jobs_tx, pool) = match config.judge.sampled {
+        SampledJudge::None => (None, None),
+        SampledJudge::Offline => {
+            let (tx, rx) = mpsc::channel(config.judge.queue_capacity);
+            let pool = tokio::spawn(run_pool(
+                PoolJudge::Offline(OfflineJudge::default()),
+                config.judge.workers,
+                rx,
+                (config.source.kind == SourceKind::Kafka).then_some(ack_tx),
+                shared.clone(),
+                abandon.clone(),
+            ));
+            (Some(tx), Some(pool))
+        }
+    };
+
+    let evaluator_stop = CancellationToken::new();
+    let evaluator = tokio::spawn(window::run_evaluator(
+        config.clone(),
+        shared.clone(),
+        judges.clone(),
+        evaluator_stop.clone(),
+    ));
+
+    // The drain is bounded from the moment `stop` fires: after the grace period the pool abandons
+    // what is left, which also ends the Kafka source's wait for acks.
+    let grace = Duration::from_secs(config.shutdown.grace_secs);
+    let abandon_timer = {
+        let (stop, abandon) = (stop.clone(), abandon.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            tokio::time::sleep(grace).await;
+            abandon.cancel();
+        })
+    };
+
+    let mut pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(source = ?config.source.kind, strata = ?shared.stratifier.names(), "ragwatch running");
+
+    let result = match config.source.kind {
+        SourceKind::Kafka => source::run_kafka_source(
+            &config.kafka,
+            &env,
+            &mut pipeline,
+            Arc::clone(&shared.metrics),
+            ack_rx,
+            &stop,
+        )
+        .await
+        .map(|_| ()),
+        SourceKind::File | SourceKind::Stdin => {
+            let lines = source::run_file_source(
+                &config.source,
+                config.decode.max_message_bytes,
+                &mut pipeline,
+                &stop,
+            )
+            .await;
+            if let Ok(n) = &lines {
+                tracing::info!(lines = n, "input ended; serving metrics until stopped");
+            }
+            pipeline.close_queue();
+            stop.cancelled().await;
+            lines.map(|_| ())
+        }
+    };
+    ready.store(false, Ordering::Relaxed);
+    drop(pipeline);
+    if let Some(pool) = pool {
+        let _ = pool.await;
+    }
+    abandon_timer.abort();
+    evaluator_stop.cancel();
+    let _ = evaluator.await;
+    window::evaluate_once(&config, &shared, &judges, crate::pipeline::now_ms());
+    server_stop.cancel();
+    let _ = server.await;
+    tracing::info!("ragwatch stopped");
+    result.map_err(RunError::from)
+}

@@ -1,0 +1,860 @@
+//! Configuration: TOML read once at start-up, overridden by `RAGWATCH__SECTION__KEY` environment
+//! variables (passed in as a map so tests never touch the process environment), then `validate()`d.
+//!
+//! Every struct rejects unknown keys, so a typo is an error rather than a silent default. Secrets never
+//! live here: the config names the environment variable or file that holds them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a configuration could not be loaded. Each variant names the offending field or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file that was asked for.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse or had an unknown or wrong-typed field.
+    #[error("invalid config: {0}")]
+    Parse(String),
+    /// An environment override could not be applied.
+    #[error("invalid environment override {var}: {reason}")]
+    Env {
+        /// The variable name.
+        var: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A value is out of range or inconsistent with another one.
+    #[error("invalid config field `{field}`: {reason}")]
+    Invalid {
+        /// Dotted path of the field.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The whole configuration of one ragwatch process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where traces come from.
+    #[serde(default)]
+    pub source: SourceConfig,
+    /// Kafka consumer settings, used when `source.kind = "kafka"`.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// How raw messages become traces.
+    #[serde(default)]
+    pub decode: DecodeConfig,
+    /// Which strata exist and how a trace is assigned to one.
+    #[serde(default)]
+    pub strata: StrataConfig,
+    /// Which traces go to the sampled (costly) judge.
+    #[serde(default)]
+    pub sample: SampleConfig,
+    /// Judges and their work queue.
+    #[serde(default)]
+    pub judge: JudgeConfig,
+    /// Rolling windows.
+    #[serde(default)]
+    pub windows: WindowsConfig,
+    /// Drift rules per metric, with per-stratum overrides.
+    #[serde(default)]
+    pub drift: DriftConfig,
+    /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`).
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Shutdown behaviour.
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+}
+
+/// The kind of trace source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// A JSONL file, optionally paced and looped.
+    File,
+    /// JSONL on standard input.
+    Stdin,
+    /// A Kafka topic, read as a consumer group.
+    Kafka,
+}
+
+/// Where traces come from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `file`, `stdin` or `kafka`.
+    #[serde(default = "default_source_kind")]
+    pub kind: SourceKind,
+    /// JSONL file for `kind = "file"`.
+    #[serde(default = "default_source_path")]
+    pub path: PathBuf,
+    /// Traces per second for file and stdin sources; 0 reads as fast as possible.
+    #[serde(default = "default_rate_per_sec")]
+    pub rate_per_sec: f64,
+    /// Start again at the top of the file when it ends.
+    #[serde(default = "default_true", rename = "loop")]
+    pub loop_file: bool,
+}
+
+/// Kafka consumer group settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, comma separated.
+    #[serde(default = "default_brokers")]
+    pub brokers: String,
+    /// Topics to subscribe to.
+    #[serde(default = "default_topics")]
+    pub topics: Vec<String>,
+    /// Consumer group id; replicas with the same id share the partitions.
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// How often stored offsets are committed.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// How often librdkafka reports statistics (consumer lag per partition).
+    #[serde(default = "default_stats_interval_ms")]
+    pub stats_interval_ms: u64,
+    /// Any librdkafka property, passed through verbatim (TLS, SASL mechanism, fetch sizes...).
+    /// Secrets such as `sasl.password` must come from `KAFKA_SASL_PASSWORD` instead.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// Environment variable holding the SASL password, if any.
+    #[serde(default = "default_sasl_password_env")]
+    pub sasl_password_env: String,
+}
+
+/// Limits and field mapping for decoding.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeConfig {
+    /// Messages larger than this are rejected (`too_large`).
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// Traces with more contexts are rejected (`too_many_contexts`).
+    #[serde(default = "default_max_contexts")]
+    pub max_contexts: usize,
+    /// Any text field longer than this is rejected (`field_too_long`).
+    #[serde(default = "default_max_field_bytes")]
+    pub max_field_bytes: usize,
+    /// JSON pointers for non-native shapes. Absent: the native schema.
+    #[serde(default)]
+    pub mapping: Option<MappingConfig>,
+}
+
+/// JSON pointers (RFC 6901) locating each trace field in a foreign message shape. In `contexts`,
+/// the token `{n}` stands for 0, 1, 2... until a pointer resolves to nothing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MappingConfig {
+    /// Pointer to the trace id.
+    pub trace_id: String,
+    /// Pointer to the question.
+    pub query: String,
+    /// Pointer to the answer.
+    pub answer: String,
+    /// Pointer to one context's text, with `{n}` for its index; or to an array of contexts.
+    pub contexts: String,
+    /// Pointer to the stratum, if the shape carries one.
+    #[serde(default)]
+    pub stratum: Option<String>,
+    /// Pointer to the timestamp (RFC 3339 or epoch ms).
+    #[serde(default)]
+    pub timestamp: Option<String>,
+    /// Pointer to the generator model name, kept in metadata.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Strata declaration and assignment rules.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StrataConfig {
+    /// Strata this deployment knows about. A trace naming any other stratum is counted as `other`.
+    /// `default` (traces with no stratum and no matching rule) is always present.
+    #[serde(default = "default_declared")]
+    pub declared: Vec<String>,
+    /// Rules tried in order when a trace carries no stratum; the first match wins.
+    #[serde(default)]
+    pub rules: Vec<StratumRule>,
+}
+
+/// One stratum assignment rule: a metadata field equality or a query regex (or both, all must match).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StratumRule {
+    /// The stratum assigned on a match; must be declared.
+    pub stratum: String,
+    /// Metadata key to compare (top-level key of `metadata`).
+    #[serde(default)]
+    pub metadata_field: Option<String>,
+    /// The value that `metadata_field` must equal.
+    #[serde(default)]
+    pub equals: Option<String>,
+    /// Regex matched against the query.
+    #[serde(default)]
+    pub query_regex: Option<String>,
+}
+
+/// Sampling for the costly judge.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleConfig {
+    /// Probability that a trace is sampled, for strata without their own rate.
+    #[serde(default = "default_sample_rate")]
+    pub default_rate: f64,
+    /// Per-stratum probability.
+    #[serde(default)]
+    pub rates: BTreeMap<String, f64>,
+    /// Each stratum gets at least this many samples per `min_window_secs`, whatever its rate.
+    #[serde(default = "default_min_per_window")]
+    pub min_per_window: u32,
+    /// Window of the per-stratum minimum.
+    #[serde(default = "default_min_window_secs")]
+    pub min_window_secs: u64,
+}
+
+/// Which judge scores the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampledJudge {
+    /// No second judge: the sample decision is counted only.
+    None,
+    /// The offline judge, run again on the sample (useful for testing the queue path).
+    Offline,
+}
+
+/// Judges and their bounded work queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeConfig {
+    /// The judge that runs on sampled traces.
+    #[serde(default = "default_sampled_judge")]
+    pub sampled: SampledJudge,
+    /// Sampled traces waiting for a judge; when full, a trace is skipped with reason `queue_full`.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// Concurrent sampled-judge workers.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// Answers whose offline faithfulness is below this count as unfaithful in labelled evaluation.
+    #[serde(default = "default_threshold")]
+    pub faithful_threshold: f64,
+}
+
+/// Rolling windows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowsConfig {
+    /// Window lengths in seconds, shortest first. Each is a ring of `buckets` buckets.
+    #[serde(default = "default_window_secs")]
+    pub window_secs: Vec<u64>,
+    /// Buckets per window (resolution: window / buckets).
+    #[serde(default = "default_buckets")]
+    pub buckets: u32,
+    /// The window drift rules watch (must be one of `window_secs`).
+    #[serde(default = "default_short_window")]
+    pub short_secs: u64,
+    /// The baseline window the short one is compared with.
+    #[serde(default = "default_baseline_window")]
+    pub baseline_secs: u64,
+    /// How often window gauges and drift state are recomputed.
+    #[serde(default = "default_evaluate_interval_ms")]
+    pub evaluate_interval_ms: u64,
+    /// z-score of the confidence bound (1.645 is one-sided 95 %).
+    #[serde(default = "default_z")]
+    pub z: f64,
+}
+
+/// Drift rules for each metric, overridable per stratum.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriftConfig {
+    /// Rules for faithfulness.
+    #[serde(default = "default_faith_rule")]
+    pub faithfulness: DriftRule,
+    /// Rules for answer relevancy.
+    #[serde(default = "default_relevancy_rule")]
+    pub answer_relevancy: DriftRule,
+    /// Per-stratum overrides: `[drift.overrides.tail.faithfulness]`.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, BTreeMap<String, DriftRule>>,
+}
+
+/// Floor, maximum drop and minimum samples for one metric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriftRule {
+    /// The short window's mean must stay above this (fires when even its upper bound is below).
+    pub floor: f64,
+    /// The short window may fall at most this far below the baseline (upper bound vs baseline mean).
+    pub max_drop: f64,
+    /// Neither rule fires with fewer samples than this in the short window.
+    pub min_samples: u64,
+}
+
+/// The admin HTTP server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address; port 0 picks a free port (logged, and written to `port_file` if set).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Write the bound address here once listening (used by tests and scripts).
+    #[serde(default)]
+    pub port_file: Option<PathBuf>,
+}
+
+/// Shutdown behaviour.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// Time allowed to drain in-flight judge work after SIGTERM; keep it below the pod's grace.
+    #[serde(default = "default_grace_secs")]
+    pub grace_secs: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_source_kind() -> SourceKind {
+    SourceKind::File
+}
+fn default_source_path() -> PathBuf {
+    PathBuf::from("config/sample-traces.jsonl")
+}
+fn default_rate_per_sec() -> f64 {
+    20.0
+}
+fn default_brokers() -> String {
+    "127.0.0.1:9092".into()
+}
+fn default_topics() -> Vec<String> {
+    vec!["rag-traces".into()]
+}
+fn default_group_id() -> String {
+    "ragwatch".into()
+}
+fn default_commit_interval_ms() -> u64 {
+    1000
+}
+fn default_stats_interval_ms() -> u64 {
+    5000
+}
+fn default_sasl_password_env() -> String {
+    "KAFKA_SASL_PASSWORD".into()
+}
+fn default_max_message_bytes() -> usize {
+    1 << 20
+}
+fn default_max_contexts() -> usize {
+    64
+}
+fn default_max_field_bytes() -> usize {
+    256 * 1024
+}
+fn default_declared() -> Vec<String> {
+    vec![
+        "head".into(),
+        "tail".into(),
+        "known_failure".into(),
+        "out_of_scope".into(),
+    ]
+}
+fn default_sample_rate() -> f64 {
+    0.05
+}
+fn default_min_per_window() -> u32 {
+    20
+}
+fn default_min_window_secs() -> u64 {
+    300
+}
+fn default_sampled_judge() -> SampledJudge {
+    SampledJudge::None
+}
+fn default_queue_capacity() -> usize {
+    256
+}
+fn default_workers() -> usize {
+    4
+}
+fn default_threshold() -> f64 {
+    0.5
+}
+fn default_window_secs() -> Vec<u64> {
+    vec![300, 3600, 86400]
+}
+fn default_buckets() -> u32 {
+    60
+}
+fn default_short_window() -> u64 {
+    300
+}
+fn default_baseline_window() -> u64 {
+    86400
+}
+fn default_evaluate_interval_ms() -> u64 {
+    1000
+}
+fn default_z() -> f64 {
+    1.645
+}
+fn default_faith_rule() -> DriftRule {
+    DriftRule {
+        floor: 0.7,
+        max_drop: 0.1,
+        min_samples: 30,
+    }
+}
+fn default_relevancy_rule() -> DriftRule {
+    DriftRule {
+        floor: 0.6,
+        max_drop: 0.1,
+        min_samples: 30,
+    }
+}
+fn default_listen() -> String {
+    "0.0.0.0:9464".into()
+}
+fn default_grace_secs() -> u64 {
+    20
+}
+
+/// Implements `Default` through serde's field defaults, so the two can never disagree.
+macro_rules! default_from_serde {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                toml::from_str("").expect("every field of this section has a default")
+            }
+        }
+    )*};
+}
+default_from_serde!(
+    Config,
+    SourceConfig,
+    KafkaConfig,
+    DecodeConfig,
+    StrataConfig,
+    SampleConfig,
+    JudgeConfig,
+    WindowsConfig,
+    DriftConfig,
+    HttpConfig,
+    ShutdownConfig
+);
+
+/// The prefix of environment overrides.
+pub const ENV_PREFIX: &str = "RAGWATCH__";
+
+impl Config {
+    /// Reads `path`, applies overrides from `env` (`RAGWATCH__SECTION__KEY=value`) and validates.
+    pub fn load(path: &Path, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml_with_env(&text, env)
+    }
+
+    /// Parses TOML text, applies environment overrides and validates.
+    pub fn from_toml_with_env(
+        text: &str,
+        env: &HashMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let mut doc: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut vars: Vec<_> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .collect();
+        vars.sort();
+        for (var, value) in vars {
+            apply_override(&mut doc, var, value)?;
+        }
+        let config: Config = doc
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Cross-field checks that serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: String| ConfigError::Invalid {
+            field: field.into(),
+            reason,
+        };
+        if self.source.rate_per_sec < 0.0 || !self.source.rate_per_sec.is_finite() {
+            return Err(invalid("source.rate_per_sec", "must be >= 0".into()));
+        }
+        if self.source.kind == SourceKind::Kafka {
+            if self.kafka.brokers.trim().is_empty() {
+                return Err(invalid("kafka.brokers", "must not be empty".into()));
+            }
+            if self.kafka.topics.is_empty() {
+                return Err(invalid(
+                    "kafka.topics",
+                    "must name at least one topic".into(),
+                ));
+            }
+            if self.kafka.group_id.trim().is_empty() {
+                return Err(invalid("kafka.group_id", "must not be empty".into()));
+            }
+        }
+        for key in self.kafka.properties.keys() {
+            if key.contains("password") || key.contains("secret") {
+                return Err(invalid(
+                    &format!("kafka.properties.{key}"),
+                    format!(
+                        "secrets are read from the environment (${}), never from the config file",
+                        self.kafka.sasl_password_env
+                    ),
+                ));
+            }
+            if key == "enable.auto.offset.store" || key == "group.id" {
+                return Err(invalid(
+                    &format!("kafka.properties.{key}"),
+                    "is managed by ragwatch".into(),
+                ));
+            }
+        }
+        if self.decode.max_message_bytes == 0 || self.decode.max_field_bytes == 0 {
+            return Err(invalid(
+                "decode.max_message_bytes",
+                "limits must be > 0".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.strata.declared.iter().enumerate() {
+            if !valid_label(s) {
+                return Err(invalid(
+                    &format!("strata.declared[{i}]"),
+                    format!("`{s}` must match [a-z0-9_]{{1,64}}"),
+                ));
+            }
+            if s == crate::sample::OTHER_STRATUM {
+                return Err(invalid(
+                    &format!("strata.declared[{i}]"),
+                    "`other` is reserved for undeclared strata".into(),
+                ));
+            }
+            if !seen.insert(s) {
+                return Err(invalid(
+                    &format!("strata.declared[{i}]"),
+                    format!("`{s}` is declared twice"),
+                ));
+            }
+        }
+        for (i, rule) in self.strata.rules.iter().enumerate() {
+            let field = format!("strata.rules[{i}]");
+            if !self.strata.declared.contains(&rule.stratum)
+                && rule.stratum != crate::sample::DEFAULT_STRATUM
+            {
+                return Err(invalid(
+                    &format!("{field}.stratum"),
+                    format!("`{}` is not declared", rule.stratum),
+                ));
+            }
+            if rule.metadata_field.is_none() && rule.query_regex.is_none() {
+                return Err(invalid(
+                    &field,
+                    "needs metadata_field+equals or query_regex".into(),
+                ));
+            }
+            if rule.metadata_field.is_some() != rule.equals.is_some() {
+                return Err(invalid(
+                    &field,
+                    "metadata_field and equals go together".into(),
+                ));
+            }
+            if let Some(re) = &rule.query_regex {
+                regex::Regex::new(re)
+                    .map_err(|e| invalid(&format!("{field}.query_regex"), e.to_string()))?;
+            }
+        }
+        check_ratio("sample.default_rate", self.sample.default_rate)?;
+        for (stratum, rate) in &self.sample.rates {
+            check_ratio(&format!("sample.rates.{stratum}"), *rate)?;
+            self.check_stratum(&format!("sample.rates.{stratum}"), stratum)?;
+        }
+        if self.sample.min_window_secs == 0 {
+            return Err(invalid("sample.min_window_secs", "must be > 0".into()));
+        }
+        if self.judge.queue_capacity == 0 || self.judge.workers == 0 {
+            return Err(invalid(
+                "judge.queue_capacity",
+                "queue_capacity and workers must be > 0".into(),
+            ));
+        }
+        check_ratio("judge.faithful_threshold", self.judge.faithful_threshold)?;
+        let w = &self.windows;
+        if w.window_secs.is_empty() || w.window_secs.contains(&0) {
+            return Err(invalid(
+                "windows.window_secs",
+                "needs at least one window, each > 0 s".into(),
+            ));
+        }
+        if w.buckets < 2 || w.buckets > 10_000 {
+            return Err(invalid("windows.buckets", "must be in 2..=10000".into()));
+        }
+        for (name, secs) in [
+            ("windows.short_secs", w.short_secs),
+            ("windows.baseline_secs", w.baseline_secs),
+        ] {
+            if !w.window_secs.contains(&secs) {
+                return Err(invalid(
+                    name,
+                    format!("{secs} is not in windows.window_secs"),
+                ));
+            }
+        }
+        if w.short_secs > w.baseline_secs {
+            return Err(invalid(
+                "windows.short_secs",
+                "must not be longer than baseline_secs".into(),
+            ));
+        }
+        if w.evaluate_interval_ms == 0 || !(w.z.is_finite() && w.z >= 0.0) {
+            return Err(invalid(
+                "windows.evaluate_interval_ms",
+                "interval must be > 0 and z >= 0".into(),
+            ));
+        }
+        for (name, rule) in [
+            ("drift.faithfulness", &self.drift.faithfulness),
+            ("drift.answer_relevancy", &self.drift.answer_relevancy),
+        ] {
+            check_rule(name, rule)?;
+        }
+        for (stratum, rules) in &self.drift.overrides {
+            self.check_stratum(&format!("drift.overrides.{stratum}"), stratum)?;
+            for (metric, rule) in rules {
+                let field = format!("drift.overrides.{stratum}.{metric}");
+                if crate::judge::Metric::from_name(metric).is_none() {
+                    return Err(invalid(&field, format!("unknown metric `{metric}`")));
+                }
+                check_rule(&field, rule)?;
+            }
+        }
+        self.http
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| invalid("http.listen", e.to_string()))?;
+        Ok(())
+    }
+
+    /// The drift rule for `metric` in `stratum`, with overrides applied.
+    pub fn drift_rule(&self, metric: crate::judge::Metric, stratum: &str) -> DriftRule {
+        if let Some(rule) = self
+            .drift
+            .overrides
+            .get(stratum)
+            .and_then(|m| m.get(metric.name()))
+        {
+            return *rule;
+        }
+        match metric {
+            crate::judge::Metric::Faithfulness => self.drift.faithfulness,
+            crate::judge::Metric::AnswerRelevancy => self.drift.answer_relevancy,
+        }
+    }
+
+    /// The effective config as TOML, secrets redacted, for `check-config`.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        for (key, value) in shown.kafka.properties.iter_mut() {
+            if key.starts_with("ssl.key") || key.contains("sasl.username") {
+                *value = "<redacted>".into();
+            }
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
+    }
+
+    fn check_stratum(&self, field: &str, stratum: &str) -> Result<(), ConfigError> {
+        if self.strata.declared.iter().any(|s| s == stratum)
+            || stratum == crate::sample::DEFAULT_STRATUM
+            || stratum == crate::sample::OTHER_STRATUM
+        {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                field: field.into(),
+                reason: format!("stratum `{stratum}` is not declared"),
+            })
+        }
+    }
+}
+
+fn check_ratio(field: &str, v: f64) -> Result<(), ConfigError> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            field: field.into(),
+            reason: format!("{v} is not in [0, 1]"),
+        })
+    }
+}
+
+fn check_rule(field: &str, rule: &DriftRule) -> Result<(), ConfigError> {
+    check_ratio(&format!("{field}.floor"), rule.floor)?;
+    check_ratio(&format!("{field}.max_drop"), rule.max_drop)
+}
+
+/// Whether `s` can be a stratum label value: short, lowercase, no surprises in PromQL.
+pub fn valid_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Applies `RAGWATCH__A__B=value` to `doc["a"]["b"]`. The value is parsed as a TOML value when it
+/// parses (numbers, booleans, arrays), else taken as a string.
+fn apply_override(doc: &mut toml::Table, var: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = var[ENV_PREFIX.len()..]
+        .split("__")
+        .map(|p| p.to_ascii_lowercase())
+        .collect();
+    if path.iter().any(|p| p.is_empty()) {
+        return Err(ConfigError::Env {
+            var: var.into(),
+            reason: "empty path segment".into(),
+        });
+    }
+    let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.into()));
+    // A comma-separated list for an array field (`RAGWATCH__KAFKA__TOPICS=a,b`).
+    let parsed = match (&parsed, path.last().map(String::as_str)) {
+        (toml::Value::String(s), Some("topics" | "declared")) => toml::Value::Array(
+            s.split(',')
+                .map(|p| toml::Value::String(p.trim().into()))
+                .collect(),
+        ),
+        _ => parsed,
+    };
+    // librdkafka properties are strings whatever they look like.
+    let parsed = match (
+        &parsed,
+        path.get(path.len().saturating_sub(2)).map(String::as_str),
+    ) {
+        (toml::Value::String(_), _) => parsed,
+        (_, Some("properties")) => toml::Value::String(value.to_owned()),
+        _ => parsed,
+    };
+    let (last, parents) = path.split_last().expect("path has at least one segment");
+    let mut table = doc;
+    for part in parents {
+        let entry = table
+            .entry(part.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or_else(|| ConfigError::Env {
+            var: var.into(),
+            reason: format!("`{part}` is not a section"),
+        })?;
+    }
+    table.insert(last.clone(), parsed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn empty_config_is_valid_with_defaults() {
+        let c = Config::from_toml_with_env("", &env(&[])).unwrap();
+        assert_eq!(c.source.kind, SourceKind::File);
+        assert_eq!(c.windows.window_secs, vec![300, 3600, 86400]);
+    }
+
+    #[test]
+    fn env_overrides_apply_with_types() {
+        let c = Config::from_toml_with_env(
+            "",
+            &env(&[
+                ("RAGWATCH__SOURCE__KIND", "kafka"),
+                ("RAGWATCH__KAFKA__BROKERS", "127.0.0.1:1234"),
+                ("RAGWATCH__KAFKA__TOPICS", "a,b"),
+                ("RAGWATCH__HTTP__LISTEN", "127.0.0.1:0"),
+                ("RAGWATCH__SAMPLE__DEFAULT_RATE", "0.5"),
+                ("RAGWATCH__KAFKA__PROPERTIES__FETCH.WAIT.MAX.MS", "5"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.source.kind, SourceKind::Kafka);
+        assert_eq!(c.kafka.brokers, "127.0.0.1:1234");
+        assert_eq!(c.kafka.topics, vec!["a", "b"]);
+        assert_eq!(c.sample.default_rate, 0.5);
+        assert_eq!(c.kafka.properties["fetch.wait.max.ms"], "5");
+    }
+
+    #[test]
+    fn unknown_field_is_an_error_naming_it() {
+        let e = Config::from_toml_with_env("[source]\nkindd = \"file\"\n", &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("kindd"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let e =
+            Config::from_toml_with_env("[sample]\ndefault_rate = 1.5\n", &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("sample.default_rate"), "{e}");
+        let e = Config::from_toml_with_env(
+            "[[strata.rules]]\nstratum = \"nope\"\nquery_regex = \"x\"\n",
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("strata.rules[0].stratum"), "{e}");
+        let e = Config::from_toml_with_env(
+            "[kafka.properties]\n\"sasl.password\" = \"hunter2\"\n",
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sasl.password"), "{e}");
+    }
+
+    #[test]
+    fn shipped_configs_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml")
+                && !path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("gate")
+            {
+                Config::load(&path, &HashMap::new())
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "expected the shipped configs, found {n}");
+    }
+}

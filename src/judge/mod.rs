@@ -1,0 +1,113 @@
+//! Judges: score a trace's faithfulness (are the answer's claims supported by the contexts?) and
+//! answer relevancy (does it address the question?).
+//!
+//! The offline judge runs inline on every trace; the sampled judge runs on the sample, off the ingest
+//! path, through a bounded queue (see [`crate::pipeline`]).
+
+mod offline;
+mod pool;
+mod text;
+
+pub use offline::{Features, OfflineJudge, OfflineModel, extract};
+pub use pool::{PoolJudge, run_pool};
+pub use text::{Token, TokenSet, content_tokens, sentences};
+
+use serde::Serialize;
+
+/// A scored quality metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Share of the answer's claims supported by the contexts.
+    Faithfulness,
+    /// How well the answer addresses the question.
+    AnswerRelevancy,
+}
+
+impl Metric {
+    /// Both metrics, in label order.
+    pub const ALL: [Metric; 2] = [Metric::Faithfulness, Metric::AnswerRelevancy];
+
+    /// The label value and config key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Faithfulness => "faithfulness",
+            Metric::AnswerRelevancy => "answer_relevancy",
+        }
+    }
+
+    /// Parses a label value.
+    pub fn from_name(s: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// Which judge produced a verdict; a label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeKind {
+    /// The zero-cost lexical judge.
+    Offline,
+    /// A language model behind an OpenAI-compatible API.
+    Llm,
+}
+
+impl JudgeKind {
+    /// Every judge, for pre-registering series.
+    pub const ALL: [JudgeKind; 2] = [JudgeKind::Offline, JudgeKind::Llm];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            JudgeKind::Offline => "offline",
+            JudgeKind::Llm => "llm",
+        }
+    }
+}
+
+/// A judge's scores for one trace. Scores are finite and in [0, 1] or absent; never NaN.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// The judge.
+    pub judge: JudgeKind,
+    /// Faithfulness, absent when the answer makes no claims (its own outcome, never a score).
+    pub faithfulness: Option<f64>,
+    /// Answer relevancy; 0 for a refusal.
+    pub answer_relevancy: Option<f64>,
+    /// The answer declines to answer.
+    pub refusal: bool,
+    /// The judge is unsure (its score is near its decision threshold).
+    pub uncertain: bool,
+    /// Citations found in the answer and how many point at a retrieved context.
+    pub citations: Citations,
+    /// Judge-specific detail for the verdict record (features, claims, raw output).
+    pub details: serde_json::Value,
+}
+
+/// Citation counts of one answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Citations {
+    /// Citations in the answer (`[doc_3]`, `[2]`).
+    pub total: u32,
+    /// Of those, the ones naming a retrieved context.
+    pub valid: u32,
+}
+
+impl Verdict {
+    /// The score for `metric`.
+    pub fn score(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::Faithfulness => self.faithfulness,
+            Metric::AnswerRelevancy => self.answer_relevancy,
+        }
+    }
+}
+
+/// Clamps to [0, 1] and maps NaN to `None`, so no judge can leak a NaN downstream.
+pub fn clean_score(v: f64) -> Option<f64> {
+    if v.is_nan() {
+        None
+    } else {
+        Some(v.clamp(0.0, 1.0))
+    }
+}

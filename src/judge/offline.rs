@@ -1,0 +1,430 @@
+//! The offline judge: zero cost, deterministic, no network, microseconds per trace.
+//!
+//! It computes cheap lexical signals ([`Features`]) and combines them with a logistic model
+//! ([`OfflineModel`]) trained by `ragwatch train-offline` on human-labelled RAG answers. The model's
+//! probability that the answer is faithful is the faithfulness score; answers near the decision
+//! threshold are marked `uncertain`, which steers the LLM judge's sample towards them.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::text::{Token, TokenSet, bigrams, content_tokens, sentences};
+use super::{Citations, JudgeKind, Verdict, clean_score};
+use crate::trace::Trace;
+
+/// The committed model, produced by `ragwatch train-offline`.
+const MODEL_JSON: &str = include_str!("offline_model.json");
+
+static REFUSAL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(i (cannot|can't|can not|am unable to|'m unable to|do not know|don't know)|i'm sorry|i am sorry|unable to (answer|provide|find|determine)|(does|do) not (provide|contain|mention|include|specify|say)|(no|not enough|insufficient) (specific )?information|not (mentioned|provided|specified|stated|available) in|there is no (mention|information)|cannot (be )?(answer|determine))",
+    )
+    .expect("static regex")
+});
+
+static HEDGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(may|might|possibly|likely|probably|generally|typically|usually|approximately|around|about|some|often|could)\b")
+        .expect("static regex")
+});
+
+static CITATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\[([A-Za-z][A-Za-z0-9_.:-]{0,39}|[0-9]{1,3})\]").expect("static regex")
+});
+
+/// The signals the offline judge computes for one trace. All finite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Features {
+    /// Mean over answer sentences of the share of their content tokens found in the contexts.
+    pub mean_support: f64,
+    /// The least supported sentence's support.
+    pub min_support: f64,
+    /// Share of sentences with support below one half.
+    pub weak_sentence_share: f64,
+    /// Share of the answer's token pairs found as pairs in the contexts.
+    pub bigram_support: f64,
+    /// ln(1 + numbers in the answer found in no context).
+    pub novel_numbers: f64,
+    /// ln(1 + capitalised names in the answer found in no context).
+    pub novel_names: f64,
+    /// Share of the answer's distinct tokens found neither in the contexts nor in the question.
+    pub novel_token_share: f64,
+    /// ln(1 + answer content tokens).
+    pub answer_len: f64,
+    /// ln(1 + context content tokens).
+    pub context_len: f64,
+    /// Hedging words per answer sentence.
+    pub hedges: f64,
+    /// Share of the question's tokens that the answer uses.
+    pub query_overlap: f64,
+    /// 1 when the answer declines to answer.
+    pub refusal: f64,
+    /// Citations that point at no retrieved context.
+    pub bad_citations: f64,
+}
+
+impl Features {
+    /// Names, in the order of [`Features::to_vec`].
+    pub const NAMES: [&'static str; 13] = [
+        "mean_support",
+        "min_support",
+        "weak_sentence_share",
+        "bigram_support",
+        "novel_numbers",
+        "novel_names",
+        "novel_token_share",
+        "answer_len",
+        "context_len",
+        "hedges",
+        "query_overlap",
+        "refusal",
+        "bad_citations",
+    ];
+
+    /// The features as a vector, in [`Features::NAMES`] order.
+    pub fn to_vec(&self) -> [f64; 13] {
+        [
+            self.mean_support,
+            self.min_support,
+            self.weak_sentence_share,
+            self.bigram_support,
+            self.novel_numbers,
+            self.novel_names,
+            self.novel_token_share,
+            self.answer_len,
+            self.context_len,
+            self.hedges,
+            self.query_overlap,
+            self.refusal,
+            self.bad_citations,
+        ]
+    }
+}
+
+/// A standardised logistic model over [`Features`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineModel {
+    /// Feature names, checked against [`Features::NAMES`] at load.
+    pub features: Vec<String>,
+    /// Per-feature mean used for standardisation.
+    pub mean: Vec<f64>,
+    /// Per-feature standard deviation used for standardisation.
+    pub std: Vec<f64>,
+    /// Weights on the standardised features.
+    pub weights: Vec<f64>,
+    /// Intercept.
+    pub bias: f64,
+    /// Probabilities within this distance of 0.5 are `uncertain`.
+    pub uncertain_band: f64,
+    /// How the model was made: data, folds, cross-validated AUROC, date.
+    pub report: serde_json::Value,
+}
+
+impl OfflineModel {
+    /// The model committed with this build.
+    pub fn committed() -> OfflineModel {
+        let model: OfflineModel =
+            serde_json::from_str(MODEL_JSON).expect("the committed offline model is valid JSON");
+        assert!(
+            model.is_consistent(),
+            "the committed offline model matches Features::NAMES"
+        );
+        model
+    }
+
+    /// Whether the vectors line up with [`Features::NAMES`].
+    pub fn is_consistent(&self) -> bool {
+        let n = Features::NAMES.len();
+        self.features.iter().map(String::as_str).eq(Features::NAMES)
+            && self.mean.len() == n
+            && self.std.len() == n
+            && self.weights.len() == n
+    }
+
+    /// Probability that the answer is faithful.
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let mut z = self.bias;
+        for i in 0..x.len().min(self.weights.len()) {
+            let s = if self.std[i] > 0.0 { self.std[i] } else { 1.0 };
+            z += self.weights[i] * (x[i] - self.mean[i]) / s;
+        }
+        1.0 / (1.0 + (-z).exp())
+    }
+}
+
+/// The offline judge.
+#[derive(Debug, Clone)]
+pub struct OfflineJudge {
+    model: OfflineModel,
+}
+
+impl Default for OfflineJudge {
+    fn default() -> Self {
+        Self::new(OfflineModel::committed())
+    }
+}
+
+impl OfflineJudge {
+    /// A judge with this model.
+    pub fn new(model: OfflineModel) -> Self {
+        Self { model }
+    }
+
+    /// The model in use.
+    pub fn model(&self) -> &OfflineModel {
+        &self.model
+    }
+
+    /// Scores one trace.
+    pub fn judge(&self, trace: &Trace) -> Verdict {
+        let (features, citations, claims) = extract(trace);
+        let refusal = features.refusal > 0.0;
+        let faithfulness = if claims == 0 || refusal {
+            None
+        } else {
+            clean_score(self.model.predict(&features.to_vec()))
+        };
+        let answer_relevancy = if refusal {
+            Some(0.0)
+        } else {
+            clean_score(relevancy(&features))
+        };
+        let uncertain = faithfulness.is_some_and(|p| (p - 0.5).abs() < self.model.uncertain_band);
+        Verdict {
+            judge: JudgeKind::Offline,
+            faithfulness,
+            answer_relevancy,
+            refusal,
+            uncertain,
+            citations,
+            details: serde_json::json!({ "sentences": claims, "features": features }),
+        }
+    }
+}
+
+/// Relevancy from question-answer overlap: an answer that uses most of the question's terms scores
+/// high; a short overlap still earns partial credit because answers paraphrase.
+fn relevancy(f: &Features) -> f64 {
+    (f.query_overlap * 1.6).sqrt().min(1.0)
+}
+
+/// Computes the features of one trace, its citations, and its number of claim-bearing sentences.
+pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
+    let mut ctx_tokens: Vec<Token> = Vec::with_capacity(512);
+    let mut ctx_bigrams = Vec::with_capacity(512);
+    for c in &trace.contexts {
+        let start = ctx_tokens.len();
+        content_tokens(&c.text, &mut ctx_tokens);
+        ctx_bigrams.extend(bigrams(&ctx_tokens[start..]));
+    }
+    let ctx = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.hash).collect());
+    let ctx_pairs = TokenSet::from_hashes(ctx_bigrams);
+    let mut q_tokens = Vec::with_capacity(32);
+    content_tokens(&trace.query, &mut q_tokens);
+    let query = TokenSet::from_hashes(q_tokens.iter().map(|t| t.hash).collect());
+
+    let mut f = Features::default();
+    let mut sentence_count = 0usize;
+    let mut min_support: f64 = 1.0;
+    let mut weak = 0usize;
+    let (mut pairs, mut pairs_found) = (0usize, 0usize);
+    let mut answer_tokens: Vec<Token> = Vec::with_capacity(128);
+    let mut sent = Vec::with_capacity(64);
+    for s in sentences(&trace.answer) {
+        sent.clear();
+        content_tokens(s, &mut sent);
+        if sent.is_empty() {
+            continue;
+        }
+        let found = sent.iter().filter(|t| ctx.contains(t.hash)).count();
+        let support = found as f64 / sent.len() as f64;
+        f.mean_support += support;
+        min_support = min_support.min(support);
+        if support < 0.5 {
+            weak += 1;
+        }
+        for b in bigrams(&sent) {
+            pairs += 1;
+            pairs_found += usize::from(ctx_pairs.contains(b));
+        }
+        sentence_count += 1;
+        answer_tokens.extend_from_slice(&sent);
+    }
+    if sentence_count > 0 {
+        f.mean_support /= sentence_count as f64;
+        f.min_support = min_support;
+        f.weak_sentence_share = weak as f64 / sentence_count as f64;
+        f.hedges = HEDGE.find_iter(&trace.answer).count() as f64 / sentence_count as f64;
+    }
+    f.bigram_support = if pairs > 0 {
+        pairs_found as f64 / pairs as f64
+    } else {
+        f.mean_support
+    };
+    let novel = |pred: fn(&Token) -> bool| {
+        let mut h: Vec<u64> = answer_tokens
+            .iter()
+            .filter(|t| pred(t) && !ctx.contains(t.hash))
+            .map(|t| t.hash)
+            .collect();
+        h.sort_unstable();
+        h.dedup();
+        (h.len() as f64).ln_1p()
+    };
+    f.novel_numbers = novel(|t| t.number);
+    f.novel_names = novel(|t| t.name && !t.number);
+    let distinct = TokenSet::from_hashes(answer_tokens.iter().map(|t| t.hash).collect());
+    let novel_tokens = answer_tokens
+        .iter()
+        .map(|t| t.hash)
+        .filter(|&h| !ctx.contains(h) && !query.contains(h))
+        .collect::<Vec<_>>();
+    f.novel_token_share = if distinct.is_empty() {
+        0.0
+    } else {
+        TokenSet::from_hashes(novel_tokens).len() as f64 / distinct.len() as f64
+    };
+    f.answer_len = (answer_tokens.len() as f64).ln_1p();
+    f.context_len = (ctx_tokens.len() as f64).ln_1p();
+    f.query_overlap = if query.is_empty() {
+        0.0
+    } else {
+        q_tokens
+            .iter()
+            .filter(|t| distinct.contains(t.hash))
+            .count() as f64
+            / q_tokens.len() as f64
+    };
+    f.refusal = f64::from(u8::from(
+        answer_tokens.len() <= 60 && REFUSAL.is_match(&trace.answer),
+    ));
+    let citations = citations(trace);
+    f.bad_citations = f64::from(citations.total - citations.valid);
+    (f, citations, sentence_count)
+}
+
+fn citations(trace: &Trace) -> Citations {
+    let mut c = Citations::default();
+    for m in CITATION.captures_iter(&trace.answer) {
+        let id = &m[1];
+        c.total += 1;
+        let valid = match id.parse::<usize>() {
+            Ok(n) => {
+                (1..=trace.contexts.len()).contains(&n)
+                    || trace
+                        .contexts
+                        .iter()
+                        .any(|ctx| ctx.id.as_deref() == Some(id))
+            }
+            Err(_) => trace
+                .contexts
+                .iter()
+                .any(|ctx| ctx.id.as_deref() == Some(id)),
+        };
+        c.valid += u32::from(valid);
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Context;
+
+    fn trace(query: &str, contexts: &[(&str, &str)], answer: &str) -> Trace {
+        Trace {
+            trace_id: "t".into(),
+            timestamp_ms: None,
+            query: query.into(),
+            contexts: contexts
+                .iter()
+                .map(|(id, text)| Context {
+                    id: Some((*id).into()),
+                    text: (*text).into(),
+                    score: None,
+                })
+                .collect(),
+            answer: answer.into(),
+            stratum: None,
+            metadata: serde_json::Value::Null,
+            label_faithful: None,
+        }
+    }
+
+    const CTX: &str = "Canada introduced a carbon contract for difference in 2023 to guarantee the price of carbon for investors.";
+
+    #[test]
+    fn supported_answer_scores_above_fabricated_one() {
+        let j = OfflineJudge::default();
+        let q = "What carbon pricing mechanism did Canada introduce in 2023?";
+        let good = j.judge(&trace(
+            q,
+            &[("d1", CTX)],
+            "Canada introduced a carbon contract for difference in 2023.",
+        ));
+        let bad = j.judge(&trace(
+            q,
+            &[("d1", CTX)],
+            "Norway adopted a fishing quota of 4,500 tonnes in 1987 under Olsen.",
+        ));
+        let (g, b) = (good.faithfulness.unwrap(), bad.faithfulness.unwrap());
+        assert!(g > b + 0.2, "good {g} bad {b}");
+        assert!(good.answer_relevancy.unwrap() > bad.answer_relevancy.unwrap());
+    }
+
+    #[test]
+    fn novel_numbers_and_names_are_counted() {
+        let (f, _, _) = extract(&trace(
+            "q",
+            &[("d1", CTX)],
+            "It began in 2023 and Smith said 1999.",
+        ));
+        assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
+        assert!((f.novel_names - 1f64.ln_1p()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn refusal_has_no_claims_score_and_zero_relevancy() {
+        let v = OfflineJudge::default().judge(&trace(
+            "What is the weather on Mars?",
+            &[("d1", CTX)],
+            "I'm sorry, the passages do not provide information about that.",
+        ));
+        assert!(v.refusal);
+        assert_eq!(v.faithfulness, None);
+        assert_eq!(v.answer_relevancy, Some(0.0));
+    }
+
+    #[test]
+    fn empty_answer_is_no_claims_not_a_score() {
+        let v = OfflineJudge::default().judge(&trace("q?", &[("d1", CTX)], "  ...  "));
+        assert_eq!(v.faithfulness, None);
+        assert!(!v.refusal);
+    }
+
+    #[test]
+    fn citations_checked_against_ids_and_ranks() {
+        let t = trace(
+            "q",
+            &[("doc_3", CTX), ("doc_4", CTX)],
+            "A [doc_3]. B [doc_9]. C [2]. D [7].",
+        );
+        assert_eq!(citations(&t), Citations { total: 4, valid: 2 });
+    }
+
+    #[test]
+    fn no_contexts_means_no_support() {
+        let (f, _, n) = extract(&trace("q", &[], "Paris is the capital of France."));
+        assert_eq!(n, 1);
+        assert_eq!(f.mean_support, 0.0);
+        let v = OfflineJudge::default().judge(&trace("q", &[], "Paris is the capital of France."));
+        assert!(v.faithfulness.unwrap() < 0.5);
+    }
+
+    #[test]
+    fn committed_model_loads_and_is_consistent() {
+        assert!(OfflineModel::committed().is_consistent());
+    }
+}

@@ -1,0 +1,182 @@
+//! The `ragwatch` binary: logging, config, runtime, run, exit code. The logic lives in the library.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use ragwatch::config::Config;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Watch live RAG traces for faithfulness and answer relevancy"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the monitor until SIGTERM or SIGINT.
+    Run {
+        /// Config file.
+        #[arg(long, default_value = "config/ragwatch.toml")]
+        config: PathBuf,
+    },
+    /// Evaluate JSONL trace files once and print a per-stratum summary.
+    Replay {
+        /// Trace files; `-` reads stdin.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Config file.
+        #[arg(long, default_value = "config/ragwatch.toml")]
+        config: PathBuf,
+        /// Judge to use.
+        #[arg(long, value_enum, default_value_t = JudgeArg::Offline)]
+        judge: JudgeArg,
+        /// Write verdicts here instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Validate the config and print it with environment overrides applied, secrets redacted.
+    CheckConfig {
+        /// Config file.
+        #[arg(long, default_value = "config/ragwatch.toml")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum JudgeArg {
+    Offline,
+    Llm,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("RAGWATCH_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn load(path: &PathBuf, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
+    Config::load(path, env).map_err(|e| {
+        eprintln!("ragwatch: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ragwatch: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::CheckConfig { config } => match load(&config, &env) {
+            Ok(c) => {
+                println!("{}", c.to_redacted_toml());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Run { config } => {
+            let config = match load(&config, &env) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            runtime.block_on(async move {
+                let stop = CancellationToken::new();
+                tokio::spawn(signal(stop.clone()));
+                match ragwatch::app::run(config, env, stop).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("ragwatch: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+        Command::Replay {
+            files,
+            config,
+            judge,
+            output,
+        } => {
+            let config = match load(&config, &env) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            if let JudgeArg::Llm = judge {
+                eprintln!(
+                    "ragwatch: the llm judge is not available in this build; use --judge offline"
+                );
+                return ExitCode::from(2);
+            }
+            runtime.block_on(async move {
+                let mut out: Box<dyn std::io::Write> = match &output {
+                    Some(path) => match std::fs::File::create(path) {
+                        Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                        Err(e) => {
+                            eprintln!("ragwatch: cannot create {}: {e}", path.display());
+                            return ExitCode::FAILURE;
+                        }
+                    },
+                    None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+                };
+                let started = std::time::Instant::now();
+                match ragwatch::replay::replay(&config, &files, &mut out).await {
+                    Ok(summary) => {
+                        let secs = started.elapsed().as_secs_f64();
+                        eprint!("{}", summary.table());
+                        eprintln!(
+                            "{:.0} traces/s ({} in {:.2} s)",
+                            summary.lines as f64 / secs.max(1e-9),
+                            summary.lines,
+                            secs
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("ragwatch: replay failed: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+    }
+}
+
+/// Cancels `stop` on SIGTERM or SIGINT.
+async fn signal(stop: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+    stop.cancel();
+}

@@ -1,0 +1,368 @@
+//! Metrics: the one place metric names appear. A struct of families registered on its own
+//! `prometheus::Registry` (no global registry), passed down as `Arc<Metrics>`.
+//!
+//! Counters and histograms are what PromQL pools across replicas; the `window_*` gauges are this
+//! replica's own view. Every label value comes from a bounded set: declared strata plus `default` and
+//! `other`, reject reasons, judge names, rule names.
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::judge::{JudgeKind, Metric};
+use crate::trace::RejectReason;
+use crate::window::RuleKind;
+
+/// Why a trace was not judged by the sampled judge although sampled; label values.
+pub const SKIP_REASONS: [&str; 4] = ["queue_full", "budget", "shutdown", "judge_error"];
+
+/// Buckets for scores in [0, 1]: one per tenth, so `le="0.5"` counts the clearly unfaithful.
+const RATIO_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+/// All metric families of one process.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// The registry `/metrics` renders.
+    pub registry: Registry,
+    /// Traces decoded, by stratum.
+    pub traces_received: IntCounterVec,
+    /// Messages rejected by the decoder, by reason.
+    pub traces_rejected: IntCounterVec,
+    /// Traces chosen for the sampled judge, by stratum.
+    pub traces_sampled: IntCounterVec,
+    /// Sampled traces the sampled judge did not score, by stratum and reason.
+    pub traces_skipped: IntCounterVec,
+    /// Verdicts produced, by stratum and judge.
+    pub traces_judged: IntCounterVec,
+    /// Faithfulness scores, by stratum and judge.
+    pub faithfulness: HistogramVec,
+    /// Answer relevancy scores, by stratum and judge.
+    pub answer_relevancy: HistogramVec,
+    /// Answers with no claims to check (no faithfulness score), by stratum and judge.
+    pub no_claims: IntCounterVec,
+    /// Answers that decline to answer, by stratum and judge.
+    pub refusals: IntCounterVec,
+    /// Citations in answers, by stratum and validity.
+    pub citations: IntCounterVec,
+    /// Window mean, by metric, stratum, judge and window.
+    pub window_mean: GaugeVec,
+    /// Scores in the window.
+    pub window_samples: IntGaugeVec,
+    /// Lower confidence bound of the window mean.
+    pub window_ci_lower: GaugeVec,
+    /// Upper confidence bound of the window mean.
+    pub window_ci_upper: GaugeVec,
+    /// The drift thresholds in force, by metric, stratum and rule.
+    pub threshold: GaugeVec,
+    /// Minimum samples before a drift rule may fire, by metric and stratum.
+    pub min_samples: IntGaugeVec,
+    /// 1 while a drift rule fires, by metric, stratum, judge and rule.
+    pub drift_active: IntGaugeVec,
+    /// Judge calls by judge and outcome.
+    pub judge_requests: IntCounterVec,
+    /// Judge call latency.
+    pub judge_duration: HistogramVec,
+    /// Sampled traces waiting for a judge.
+    pub judge_queue_depth: IntGauge,
+    /// Consumer lag by topic and partition, from librdkafka statistics.
+    pub kafka_lag: IntGaugeVec,
+    /// Kafka client errors by kind.
+    pub kafka_errors: IntCounterVec,
+    /// Offset commits by outcome.
+    pub kafka_commits: IntCounterVec,
+    /// Partitions this replica holds.
+    pub kafka_partitions: IntGauge,
+    /// Brokers librdkafka sees as up.
+    pub kafka_brokers_up: IntGauge,
+    /// Seconds since the source last delivered a message.
+    pub source_idle_seconds: Gauge,
+    /// Build and judge identity; value 1.
+    pub build_info: IntGaugeVec,
+    /// Messages the source delivered, accounted or not yet.
+    pub source_messages: IntCounter,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    r.register(Box::new(c.clone()))
+        .expect("metric names are unique");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    r.register(Box::new(g.clone()))
+        .expect("metric names are unique");
+    g
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    r.register(Box::new(g.clone()))
+        .expect("metric names are unique");
+    g
+}
+
+fn histogram(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: Vec<f64>,
+) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .expect("valid metric definition");
+    r.register(Box::new(h.clone()))
+        .expect("metric names are unique");
+    h
+}
+
+impl Metrics {
+    /// Registers every family and pre-creates the series of every stratum, so dashboards and alert
+    /// rules see zeros rather than absent series.
+    pub fn new(strata: &[String], judge_model: &str) -> Self {
+        let r = Registry::new();
+        let m = Metrics {
+            traces_received: counter(
+                &r,
+                "ragwatch_traces_received_total",
+                "Traces decoded, by stratum.",
+                &["stratum"],
+            ),
+            traces_rejected: counter(
+                &r,
+                "ragwatch_traces_rejected_total",
+                "Messages rejected before judging, by reason.",
+                &["reason"],
+            ),
+            traces_sampled: counter(
+                &r,
+                "ragwatch_traces_sampled_total",
+                "Traces chosen for the sampled judge, by stratum.",
+                &["stratum"],
+            ),
+            traces_skipped: counter(
+                &r,
+                "ragwatch_traces_skipped_total",
+                "Sampled traces the sampled judge did not score, by stratum and reason.",
+                &["stratum", "reason"],
+            ),
+            traces_judged: counter(
+                &r,
+                "ragwatch_traces_judged_total",
+                "Verdicts produced, by stratum and judge.",
+                &["stratum", "judge"],
+            ),
+            faithfulness: histogram(
+                &r,
+                "ragwatch_faithfulness_ratio",
+                "Faithfulness scores (supported claims / claims), by stratum and judge.",
+                &["stratum", "judge"],
+                RATIO_BUCKETS.to_vec(),
+            ),
+            answer_relevancy: histogram(
+                &r,
+                "ragwatch_answer_relevancy_ratio",
+                "Answer relevancy scores, by stratum and judge.",
+                &["stratum", "judge"],
+                RATIO_BUCKETS.to_vec(),
+            ),
+            no_claims: counter(
+                &r,
+                "ragwatch_no_claims_total",
+                "Answers with no claims to check, by stratum and judge.",
+                &["stratum", "judge"],
+            ),
+            refusals: counter(
+                &r,
+                "ragwatch_refusals_total",
+                "Answers that decline to answer, by stratum and judge.",
+                &["stratum", "judge"],
+            ),
+            citations: counter(
+                &r,
+                "ragwatch_citations_total",
+                "Citations found in answers, by stratum and whether they name a retrieved context.",
+                &["stratum", "valid"],
+            ),
+            window_mean: gauge(
+                &r,
+                "ragwatch_window_mean_ratio",
+                "This replica's rolling-window mean score.",
+                &["metric", "stratum", "judge", "window"],
+            ),
+            window_samples: int_gauge(
+                &r,
+                "ragwatch_window_samples",
+                "Scores in this replica's rolling window.",
+                &["metric", "stratum", "judge", "window"],
+            ),
+            window_ci_lower: gauge(
+                &r,
+                "ragwatch_window_ci_lower_ratio",
+                "Lower confidence bound of this replica's window mean.",
+                &["metric", "stratum", "judge", "window"],
+            ),
+            window_ci_upper: gauge(
+                &r,
+                "ragwatch_window_ci_upper_ratio",
+                "Upper confidence bound of this replica's window mean.",
+                &["metric", "stratum", "judge", "window"],
+            ),
+            threshold: gauge(
+                &r,
+                "ragwatch_threshold_ratio",
+                "Drift threshold in force, as an absolute score.",
+                &["metric", "stratum", "rule"],
+            ),
+            min_samples: int_gauge(
+                &r,
+                "ragwatch_threshold_min_samples",
+                "Samples needed in the short window before a drift rule may fire.",
+                &["metric", "stratum"],
+            ),
+            drift_active: int_gauge(
+                &r,
+                "ragwatch_drift_active",
+                "1 while a drift rule fires on this replica's windows.",
+                &["metric", "stratum", "judge", "rule"],
+            ),
+            judge_requests: counter(
+                &r,
+                "ragwatch_judge_requests_total",
+                "Judge calls, by judge and outcome.",
+                &["judge", "outcome"],
+            ),
+            judge_duration: histogram(
+                &r,
+                "ragwatch_judge_duration_seconds",
+                "Judge call latency.",
+                &["judge"],
+                vec![
+                    0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ],
+            ),
+            judge_queue_depth: {
+                let g = IntGauge::new(
+                    "ragwatch_judge_queue_depth",
+                    "Sampled traces waiting for the sampled judge.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            kafka_lag: int_gauge(
+                &r,
+                "ragwatch_kafka_consumer_lag_messages",
+                "Consumer lag per assigned partition.",
+                &["topic", "partition"],
+            ),
+            kafka_errors: counter(
+                &r,
+                "ragwatch_kafka_errors_total",
+                "Kafka client errors, by kind.",
+                &["kind"],
+            ),
+            kafka_commits: counter(
+                &r,
+                "ragwatch_kafka_commits_total",
+                "Offset commits, by outcome.",
+                &["outcome"],
+            ),
+            kafka_partitions: {
+                let g = IntGauge::new(
+                    "ragwatch_kafka_assigned_partitions",
+                    "Partitions this replica holds.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            kafka_brokers_up: {
+                let g = IntGauge::new(
+                    "ragwatch_kafka_brokers_up",
+                    "Brokers librdkafka reports as UP.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            source_idle_seconds: {
+                let g = Gauge::new(
+                    "ragwatch_source_idle_seconds",
+                    "Seconds since the source last delivered a message.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            build_info: int_gauge(
+                &r,
+                "ragwatch_build_info",
+                "Build and judge identity; a judge change is a metric reset.",
+                &["version", "judge_model"],
+            ),
+            source_messages: {
+                let c = IntCounter::new(
+                    "ragwatch_source_messages_total",
+                    "Messages delivered by the source.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(c.clone()))
+                    .expect("metric names are unique");
+                c
+            },
+            registry: r,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
+            .set(1);
+        for reason in RejectReason::ALL {
+            m.traces_rejected.with_label_values(&[reason.as_str()]);
+        }
+        for s in strata {
+            let s = s.as_str();
+            m.traces_received.with_label_values(&[s]);
+            m.traces_sampled.with_label_values(&[s]);
+            for reason in SKIP_REASONS {
+                m.traces_skipped.with_label_values(&[s, reason]);
+            }
+            for valid in ["true", "false"] {
+                m.citations.with_label_values(&[s, valid]);
+            }
+            for j in JudgeKind::ALL {
+                m.traces_judged.with_label_values(&[s, j.name()]);
+                m.faithfulness.with_label_values(&[s, j.name()]);
+                m.answer_relevancy.with_label_values(&[s, j.name()]);
+                m.no_claims.with_label_values(&[s, j.name()]);
+                m.refusals.with_label_values(&[s, j.name()]);
+                for metric in Metric::ALL {
+                    for rule in RuleKind::ALL {
+                        m.drift_active.with_label_values(&[
+                            metric.name(),
+                            s,
+                            j.name(),
+                            rule.name(),
+                        ]);
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let families = self.registry.gather();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

@@ -1,0 +1,249 @@
+//! The pipeline: what happens to one message between the source and the windows.
+//!
+//! decode → stratify → offline judge (every trace) → windows and histograms → sample → bounded
+//! queue to the sampled judge. `ingest` never waits: a full queue is a counted skip, so the source
+//! keeps pace with the topic whatever the judge does.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+
+use crate::config::{Config, SampledJudge};
+use crate::events;
+use crate::judge::{JudgeKind, Metric, OfflineJudge, Verdict};
+use crate::metrics::Metrics;
+use crate::sample::{Sampler, Stratifier, StratumId};
+use crate::trace::{DecodeError, Decoder, Trace};
+use crate::window::Windows;
+
+/// Where a message came from, so its offset can be stored once it is accounted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// Index of the topic in the source's topic list.
+    pub topic: usize,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+}
+
+/// What became of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Fully accounted for now (judged, skipped or rejected): its offset may move on.
+    Done,
+    /// Handed to the sampled judge; its position comes back on the ack channel when done.
+    Pending,
+}
+
+/// A sampled trace on its way to the sampled judge.
+#[derive(Debug)]
+pub struct JudgeJob {
+    /// The trace.
+    pub trace: Trace,
+    /// Its stratum.
+    pub stratum: StratumId,
+    /// The offline verdict, which the sampled judge may use (tiering, comparison).
+    pub offline: Verdict,
+    /// Where to report completion, if the source tracks offsets.
+    pub position: Option<Position>,
+}
+
+/// The result of evaluating one message with the offline judge.
+#[derive(Debug)]
+pub struct Evaluation {
+    /// The decoded trace, or why it was rejected.
+    pub trace: Result<Trace, DecodeError>,
+    /// Its stratum (when decoded).
+    pub stratum: StratumId,
+    /// The offline verdict (when decoded).
+    pub verdict: Option<Verdict>,
+}
+
+/// Shared state the pipeline writes and the evaluator and sampled judge read.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Rolling windows.
+    pub windows: Arc<Mutex<Windows>>,
+    /// Stratum names.
+    pub stratifier: Arc<Stratifier>,
+}
+
+impl Shared {
+    /// Builds metrics and windows for `config`.
+    pub fn new(config: &Config) -> Self {
+        let stratifier = Arc::new(Stratifier::new(&config.strata));
+        let metrics = Arc::new(Metrics::new(stratifier.names(), &judge_model(config)));
+        let windows = Windows::new(
+            &config.windows.window_secs,
+            config.windows.buckets,
+            stratifier.names().len(),
+        );
+        Self {
+            metrics,
+            windows: Arc::new(Mutex::new(windows)),
+            stratifier,
+        }
+    }
+
+    /// Counts a verdict and adds its scores to the windows.
+    pub fn record(&self, stratum: StratumId, verdict: &Verdict) {
+        let m = &self.metrics;
+        let s = self.stratifier.name(stratum);
+        let j = verdict.judge.name();
+        m.traces_judged.with_label_values(&[s, j]).inc();
+        if verdict.refusal {
+            m.refusals.with_label_values(&[s, j]).inc();
+        }
+        if verdict.faithfulness.is_none() {
+            m.no_claims.with_label_values(&[s, j]).inc();
+        }
+        if verdict.judge == JudgeKind::Offline && verdict.citations.total > 0 {
+            let c = verdict.citations;
+            m.citations
+                .with_label_values(&[s, "true"])
+                .inc_by(u64::from(c.valid));
+            m.citations
+                .with_label_values(&[s, "false"])
+                .inc_by(u64::from(c.total - c.valid));
+        }
+        let now = now_ms();
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for metric in Metric::ALL {
+            if let Some(v) = verdict.score(metric) {
+                let h = match metric {
+                    Metric::Faithfulness => &m.faithfulness,
+                    Metric::AnswerRelevancy => &m.answer_relevancy,
+                };
+                h.with_label_values(&[s, j]).observe(v);
+                windows.record(metric, verdict.judge, stratum, v, now);
+            }
+        }
+    }
+}
+
+/// The identity of the judges in use, for `ragwatch_build_info{judge_model}`.
+pub fn judge_model(config: &Config) -> String {
+    let offline = OfflineJudge::default();
+    let version = offline.model().report["version"]
+        .as_str()
+        .unwrap_or("dev")
+        .to_owned();
+    match config.judge.sampled {
+        SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
+    }
+}
+
+/// Wall-clock milliseconds, the time base of the windows.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Ingest for one source task.
+#[derive(Debug)]
+pub struct Pipeline {
+    decoder: Decoder,
+    sampler: Sampler,
+    offline: OfflineJudge,
+    shared: Shared,
+    judge_tx: Option<mpsc::Sender<JudgeJob>>,
+}
+
+impl Pipeline {
+    /// A pipeline writing to `shared`; sampled traces go to `judge_tx` when there is a sampled judge.
+    pub fn new(config: &Config, shared: Shared, judge_tx: Option<mpsc::Sender<JudgeJob>>) -> Self {
+        Self {
+            decoder: Decoder::new(&config.decode),
+            sampler: Sampler::new(&config.sample, shared.stratifier.names()),
+            offline: OfflineJudge::default(),
+            shared,
+            judge_tx,
+        }
+    }
+
+    /// Closes the sampled judge's queue: the pool finishes what is queued and then stops.
+    pub fn close_queue(&mut self) {
+        self.judge_tx = None;
+    }
+
+    /// Decodes, stratifies and runs the offline judge; touches no metric.
+    pub fn evaluate(&self, bytes: &[u8]) -> Evaluation {
+        match self.decoder.decode(bytes) {
+            Ok(trace) => {
+                let stratum = self.shared.stratifier.assign(&trace);
+                let verdict = self.offline.judge(&trace);
+                Evaluation {
+                    trace: Ok(trace),
+                    stratum,
+                    verdict: Some(verdict),
+                }
+            }
+            Err(e) => Evaluation {
+                trace: Err(e),
+                stratum: 0,
+                verdict: None,
+            },
+        }
+    }
+
+    /// Takes in one message. Never blocks.
+    pub fn ingest(&mut self, bytes: &[u8], position: Option<Position>) -> Disposition {
+        let m = Arc::clone(&self.shared.metrics);
+        m.source_messages.inc();
+        let Evaluation {
+            trace,
+            stratum,
+            verdict,
+        } = self.evaluate(bytes);
+        let trace = match trace {
+            Ok(t) => t,
+            Err(e) => {
+                let at = position
+                    .map(|p| format!("{}/{}", p.partition, p.offset))
+                    .unwrap_or_default();
+                events::trace_rejected(&m, &e, &at);
+                return Disposition::Done;
+            }
+        };
+        let verdict = verdict.expect("a decoded trace has an offline verdict");
+        let s = self.shared.stratifier.name(stratum).to_owned();
+        m.traces_received.with_label_values(&[&s]).inc();
+        self.shared.record(stratum, &verdict);
+        let decision = self
+            .sampler
+            .decide(stratum, &trace.trace_id, now_ms() / 1000);
+        if !decision.sampled() {
+            return Disposition::Done;
+        }
+        m.traces_sampled.with_label_values(&[&s]).inc();
+        let Some(tx) = &self.judge_tx else {
+            return Disposition::Done;
+        };
+        let job = JudgeJob {
+            trace,
+            stratum,
+            offline: verdict,
+            position,
+        };
+        match tx.try_send(job) {
+            Ok(()) => {
+                m.judge_queue_depth.inc();
+                Disposition::Pending
+            }
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                events::trace_skipped(&m, &s, "queue_full", &job.trace.trace_id);
+                Disposition::Done
+            }
+            Err(mpsc::error::TrySendError::Closed(job)) => {
+                events::trace_skipped(&m, &s, "shutdown", &job.trace.trace_id);
+                Disposition::Done
+            }
+        }
+    }
+}

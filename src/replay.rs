@@ -1,0 +1,255 @@
+//! `ragwatch replay`: evaluate JSONL trace files once, as fast as the judge allows. Writes one
+//! verdict per line and returns a per-stratum summary; with labelled traces (`label_faithful`) the
+//! summary also says how well the judge agrees with the labels.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tokio::io::{AsyncBufRead, BufReader};
+
+use crate::config::Config;
+use crate::eval::{Confusion, auroc};
+use crate::judge::Verdict;
+use crate::pipeline::{Evaluation, Pipeline, Shared};
+use crate::source::read_line_bounded;
+
+/// One line of replay output.
+#[derive(Debug, Serialize)]
+pub struct VerdictRecord<'a> {
+    /// The trace id (absent when the line was rejected).
+    pub trace_id: Option<&'a str>,
+    /// The stratum (absent when rejected).
+    pub stratum: Option<&'a str>,
+    /// Faithfulness score.
+    pub faithfulness: Option<f64>,
+    /// Answer relevancy score.
+    pub answer_relevancy: Option<f64>,
+    /// The judge.
+    pub judge: &'static str,
+    /// `judged`, `no_claims` or `rejected`.
+    pub status: &'static str,
+    /// Why, when not judged.
+    pub reason: Option<&'static str>,
+    /// Line number in its file (1-based).
+    pub line: u64,
+    /// The human label, when the trace carries one.
+    pub label_faithful: Option<bool>,
+    /// The whole verdict (refusal, uncertainty, citations, judge details).
+    pub details: Option<&'a Verdict>,
+}
+
+/// Per-stratum figures of a replay.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct StratumSummary {
+    /// Traces decoded.
+    pub traces: u64,
+    /// Traces with a faithfulness score.
+    pub scored: u64,
+    /// Traces whose answer made no claims.
+    pub no_claims: u64,
+    /// Refusals.
+    pub refusals: u64,
+    /// Sum of faithfulness scores.
+    pub faithfulness_sum: f64,
+    /// Sum of relevancy scores.
+    pub relevancy_sum: f64,
+    /// Traces with a relevancy score.
+    pub relevancy_n: u64,
+    /// Labelled scores for AUROC.
+    #[serde(skip)]
+    pub labelled: Vec<(f64, bool)>,
+    /// Confusion at the threshold.
+    pub confusion: Confusion,
+}
+
+/// The result of a replay.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    /// Lines read.
+    pub lines: u64,
+    /// Lines rejected, by reason.
+    pub rejected: BTreeMap<&'static str, u64>,
+    /// Per stratum.
+    pub strata: BTreeMap<String, StratumSummary>,
+}
+
+/// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
+pub async fn replay(
+    config: &Config,
+    files: &[PathBuf],
+    out: &mut dyn Write,
+) -> std::io::Result<Summary> {
+    let shared = Shared::new(config);
+    let pipeline = Pipeline::new(config, shared.clone(), None);
+    let threshold = config.judge.faithful_threshold;
+    let mut summary = Summary::default();
+    let total_bytes: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+        .sum();
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total_bytes);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {msg} ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut buf = Vec::with_capacity(8192);
+    let keep = config.decode.max_message_bytes.saturating_add(1);
+    for file in files {
+        let mut reader: Box<dyn AsyncBufRead + Unpin> = if file.as_os_str() == "-" {
+            Box::new(BufReader::new(tokio::io::stdin()))
+        } else {
+            Box::new(BufReader::with_capacity(
+                256 * 1024,
+                tokio::fs::File::open(file).await?,
+            ))
+        };
+        let mut line = 0u64;
+        while let Some(len) = read_line_bounded(&mut reader, &mut buf, keep).await? {
+            line += 1;
+            if let Some(bar) = &progress {
+                bar.inc(len as u64 + 1);
+            }
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            summary.lines += 1;
+            let eval = pipeline.evaluate(&buf);
+            write_record(&mut summary, &shared, &eval, line, threshold, out)?;
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    out.flush()?;
+    Ok(summary)
+}
+
+fn write_record(
+    summary: &mut Summary,
+    shared: &Shared,
+    eval: &Evaluation,
+    line: u64,
+    threshold: f64,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let record = match &eval.trace {
+        Err(e) => {
+            *summary.rejected.entry(e.reason.as_str()).or_default() += 1;
+            VerdictRecord {
+                trace_id: None,
+                stratum: None,
+                faithfulness: None,
+                answer_relevancy: None,
+                judge: "offline",
+                status: "rejected",
+                reason: Some(e.reason.as_str()),
+                line,
+                label_faithful: None,
+                details: None,
+            }
+        }
+        Ok(trace) => {
+            let verdict = eval
+                .verdict
+                .as_ref()
+                .expect("decoded traces have a verdict");
+            let stratum = shared.stratifier.name(eval.stratum);
+            let s = summary.strata.entry(stratum.to_owned()).or_default();
+            s.traces += 1;
+            s.refusals += u64::from(verdict.refusal);
+            if let Some(r) = verdict.answer_relevancy {
+                s.relevancy_sum += r;
+                s.relevancy_n += 1;
+            }
+            match verdict.faithfulness {
+                Some(f) => {
+                    s.scored += 1;
+                    s.faithfulness_sum += f;
+                    if let Some(label) = trace.label_faithful {
+                        s.labelled.push((f, label));
+                        s.confusion.add(f, label, threshold);
+                    }
+                }
+                None => s.no_claims += 1,
+            }
+            VerdictRecord {
+                trace_id: Some(&trace.trace_id),
+                stratum: Some(stratum),
+                faithfulness: verdict.faithfulness,
+                answer_relevancy: verdict.answer_relevancy,
+                judge: verdict.judge.name(),
+                status: if verdict.faithfulness.is_some() {
+                    "judged"
+                } else {
+                    "no_claims"
+                },
+                reason: if verdict.refusal {
+                    Some("refusal")
+                } else {
+                    None
+                },
+                line,
+                label_faithful: trace.label_faithful,
+                details: Some(verdict),
+            }
+        }
+    };
+    serde_json::to_writer(&mut *out, &record)?;
+    out.write_all(b"\n")
+}
+
+impl Summary {
+    /// The summary as a text table.
+    pub fn table(&self) -> String {
+        let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let mut t = format!(
+            "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+            "stratum",
+            "traces",
+            "scored",
+            "no_claims",
+            "refusals",
+            "faithful",
+            "relevancy",
+            "auroc",
+            "precision",
+            "recall"
+        );
+        for (name, s) in &self.strata {
+            let (scores, labels): (Vec<f64>, Vec<bool>) = s.labelled.iter().copied().unzip();
+            t.push_str(&format!(
+                "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+                name,
+                s.traces,
+                s.scored,
+                s.no_claims,
+                s.refusals,
+                fmt((s.scored > 0).then(|| s.faithfulness_sum / s.scored as f64)),
+                fmt((s.relevancy_n > 0).then(|| s.relevancy_sum / s.relevancy_n as f64)),
+                fmt(auroc(&scores, &labels)),
+                fmt(s.confusion.precision()),
+                fmt(s.confusion.recall()),
+            ));
+            if !s.labelled.is_empty() {
+                let c = s.confusion;
+                t.push_str(&format!(
+                    "{:<16} confusion (flag = faithfulness below threshold): tp {} fp {} fn {} tn {}\n",
+                    "", c.true_positive, c.false_positive, c.false_negative, c.true_negative
+                ));
+            }
+        }
+        t.push_str(&format!("lines {}", self.lines));
+        for (reason, n) in &self.rejected {
+            t.push_str(&format!(", rejected {reason} {n}"));
+        }
+        t.push('\n');
+        t
+    }
+}

@@ -1,0 +1,500 @@
+//! Decoding: bytes to [`Trace`], for the native schema or a JSON-pointer mapping of another shape.
+//!
+//! Every way a message can be wrong maps to one [`RejectReason`], a small closed set used as the
+//! `reason` label of `ragwatch_traces_rejected_total`; the human-readable detail goes to the log only.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Context, Trace};
+use crate::config::{DecodeConfig, MappingConfig};
+
+/// Why a message was rejected. The label values are stable: dashboards and alerts use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RejectReason {
+    /// The payload was empty or absent (a tombstone).
+    Empty,
+    /// Larger than `decode.max_message_bytes`.
+    TooLarge,
+    /// Not valid UTF-8.
+    NotUtf8,
+    /// Not JSON at all.
+    InvalidJson,
+    /// JSON that ends early (a truncated message).
+    Truncated,
+    /// JSON nested beyond the parser's recursion limit.
+    TooDeep,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong JSON type.
+    WrongType,
+    /// More contexts than `decode.max_contexts`.
+    TooManyContexts,
+    /// A text field longer than `decode.max_field_bytes`.
+    FieldTooLong,
+    /// `trace_id` or `query` is empty.
+    EmptyField,
+}
+
+impl RejectReason {
+    /// Every reason, for pre-registering metric series.
+    pub const ALL: [RejectReason; 11] = [
+        RejectReason::Empty,
+        RejectReason::TooLarge,
+        RejectReason::NotUtf8,
+        RejectReason::InvalidJson,
+        RejectReason::Truncated,
+        RejectReason::TooDeep,
+        RejectReason::MissingField,
+        RejectReason::WrongType,
+        RejectReason::TooManyContexts,
+        RejectReason::FieldTooLong,
+        RejectReason::EmptyField,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Empty => "empty",
+            RejectReason::TooLarge => "too_large",
+            RejectReason::NotUtf8 => "not_utf8",
+            RejectReason::InvalidJson => "invalid_json",
+            RejectReason::Truncated => "truncated",
+            RejectReason::TooDeep => "too_deep",
+            RejectReason::MissingField => "missing_field",
+            RejectReason::WrongType => "wrong_type",
+            RejectReason::TooManyContexts => "too_many_contexts",
+            RejectReason::FieldTooLong => "field_too_long",
+            RejectReason::EmptyField => "empty_field",
+        }
+    }
+}
+
+/// A rejected message: the bounded reason and a detail for the log.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}: {detail}", reason.as_str())]
+pub struct DecodeError {
+    /// The label value.
+    pub reason: RejectReason,
+    /// What exactly was wrong (never used as a label).
+    pub detail: String,
+}
+
+impl DecodeError {
+    fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Turns message bytes into traces, enforcing the configured limits.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    limits: DecodeConfig,
+    mapping: Option<MappingConfig>,
+}
+
+#[derive(Deserialize)]
+struct NativeTrace<'a> {
+    #[serde(borrow)]
+    trace_id: Cow<'a, str>,
+    #[serde(default)]
+    timestamp: Option<Value>,
+    #[serde(borrow)]
+    query: Cow<'a, str>,
+    contexts: Vec<NativeContext<'a>>,
+    #[serde(borrow)]
+    answer: Cow<'a, str>,
+    #[serde(default, borrow)]
+    stratum: Option<Cow<'a, str>>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    label_faithful: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NativeContext<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Doc {
+        #[serde(default)]
+        id: Option<Value>,
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+        #[serde(default)]
+        score: Option<f64>,
+    },
+}
+
+impl Decoder {
+    /// A decoder with these limits and optional mapping.
+    pub fn new(config: &DecodeConfig) -> Self {
+        Self {
+            limits: config.clone(),
+            mapping: config.mapping.clone(),
+        }
+    }
+
+    /// Decodes one message.
+    pub fn decode(&self, bytes: &[u8]) -> Result<Trace, DecodeError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(DecodeError::new(RejectReason::Empty, "empty payload"));
+        }
+        if bytes.len() > self.limits.max_message_bytes {
+            return Err(DecodeError::new(
+                RejectReason::TooLarge,
+                format!("{} bytes", bytes.len()),
+            ));
+        }
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| DecodeError::new(RejectReason::NotUtf8, e.to_string()))?;
+        let trace = match &self.mapping {
+            None => self.decode_native(text)?,
+            Some(mapping) => self.decode_mapped(text, mapping)?,
+        };
+        self.check_limits(&trace)?;
+        Ok(trace)
+    }
+
+    fn decode_native(&self, text: &str) -> Result<Trace, DecodeError> {
+        let native: NativeTrace<'_> = serde_json::from_str(text).map_err(classify)?;
+        let contexts = native
+            .contexts
+            .into_iter()
+            .map(|c| match c {
+                NativeContext::Text(text) => Context {
+                    id: None,
+                    text: text.into_owned(),
+                    score: None,
+                },
+                NativeContext::Doc { id, text, score } => Context {
+                    id: id.and_then(id_string),
+                    text: text.into_owned(),
+                    score: score.filter(|s| s.is_finite()),
+                },
+            })
+            .collect();
+        Ok(Trace {
+            trace_id: native.trace_id.into_owned(),
+            timestamp_ms: native.timestamp.as_ref().and_then(timestamp_ms),
+            query: native.query.into_owned(),
+            contexts,
+            answer: native.answer.into_owned(),
+            stratum: native.stratum.map(Cow::into_owned),
+            metadata: native.metadata.unwrap_or(Value::Null),
+            label_faithful: native.label_faithful,
+        })
+    }
+
+    fn decode_mapped(&self, text: &str, m: &MappingConfig) -> Result<Trace, DecodeError> {
+        let doc: Value = serde_json::from_str(text).map_err(classify)?;
+        let required = |ptr: &str, name: &str| -> Result<String, DecodeError> {
+            match doc.pointer(ptr) {
+                None | Some(Value::Null) => Err(DecodeError::new(
+                    RejectReason::MissingField,
+                    format!("{name} at {ptr}"),
+                )),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(Value::Number(n)) if name == "trace_id" => Ok(n.to_string()),
+                Some(_) => Err(DecodeError::new(
+                    RejectReason::WrongType,
+                    format!("{name} at {ptr} is not a string"),
+                )),
+            }
+        };
+        let optional_str = |ptr: &Option<String>| {
+            ptr.as_deref()
+                .and_then(|p| doc.pointer(p))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let mut contexts = Vec::new();
+        if m.contexts.contains("{n}") {
+            for n in 0..=self.limits.max_contexts {
+                let ptr = m.contexts.replace("{n}", &n.to_string());
+                match doc.pointer(&ptr) {
+                    None | Some(Value::Null) => break,
+                    Some(v) => contexts.push(mapped_context(v, &ptr)?),
+                }
+            }
+        } else {
+            match doc.pointer(&m.contexts) {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => {
+                    for (i, v) in items.iter().enumerate() {
+                        contexts.push(mapped_context(v, &format!("{}/{i}", m.contexts))?);
+                    }
+                }
+                Some(_) => {
+                    return Err(DecodeError::new(
+                        RejectReason::WrongType,
+                        format!("contexts at {} is not an array", m.contexts),
+                    ));
+                }
+            }
+        }
+        let mut metadata = serde_json::Map::new();
+        if let Some(model) = optional_str(&m.model) {
+            metadata.insert("model".into(), Value::String(model));
+        }
+        Ok(Trace {
+            trace_id: required(&m.trace_id, "trace_id")?,
+            timestamp_ms: m
+                .timestamp
+                .as_deref()
+                .and_then(|p| doc.pointer(p))
+                .and_then(timestamp_ms),
+            query: required(&m.query, "query")?,
+            contexts,
+            answer: required(&m.answer, "answer")?,
+            stratum: optional_str(&m.stratum),
+            metadata: Value::Object(metadata),
+            label_faithful: None,
+        })
+    }
+
+    fn check_limits(&self, t: &Trace) -> Result<(), DecodeError> {
+        if t.trace_id.trim().is_empty() || t.query.trim().is_empty() {
+            return Err(DecodeError::new(
+                RejectReason::EmptyField,
+                "trace_id and query must not be empty",
+            ));
+        }
+        if t.contexts.len() > self.limits.max_contexts {
+            return Err(DecodeError::new(
+                RejectReason::TooManyContexts,
+                format!("{} contexts", t.contexts.len()),
+            ));
+        }
+        let max = self.limits.max_field_bytes;
+        let longest = [t.trace_id.len(), t.query.len(), t.answer.len()]
+            .into_iter()
+            .chain(t.contexts.iter().map(|c| c.text.len()))
+            .max()
+            .unwrap_or(0);
+        if longest > max || t.trace_id.len() > 256 {
+            return Err(DecodeError::new(
+                RejectReason::FieldTooLong,
+                format!("a field of {longest} bytes"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn mapped_context(v: &Value, ptr: &str) -> Result<Context, DecodeError> {
+    match v {
+        Value::String(s) => Ok(Context {
+            id: None,
+            text: s.clone(),
+            score: None,
+        }),
+        Value::Object(o) => {
+            let text = o
+                .get("text")
+                .or_else(|| o.get("content"))
+                .or_else(|| o.get("document.content"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    DecodeError::new(
+                        RejectReason::WrongType,
+                        format!("context at {ptr} has no text"),
+                    )
+                })?;
+            Ok(Context {
+                id: o
+                    .get("id")
+                    .or_else(|| o.get("document.id"))
+                    .cloned()
+                    .and_then(id_string),
+                text: text.to_owned(),
+                score: o
+                    .get("score")
+                    .or_else(|| o.get("document.score"))
+                    .and_then(Value::as_f64),
+            })
+        }
+        _ => Err(DecodeError::new(
+            RejectReason::WrongType,
+            format!("context at {ptr} is neither text nor object"),
+        )),
+    }
+}
+
+fn id_string(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// RFC 3339 text (UTC `Z` form) or epoch milliseconds.
+fn timestamp_ms(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => humantime::parse_rfc3339_weak(s)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok()),
+        _ => None,
+    }
+}
+
+fn classify(e: serde_json::Error) -> DecodeError {
+    use serde_json::error::Category;
+    let msg = e.to_string();
+    let reason = match e.classify() {
+        Category::Eof => RejectReason::Truncated,
+        Category::Syntax if msg.contains("recursion limit") => RejectReason::TooDeep,
+        Category::Syntax | Category::Io => RejectReason::InvalidJson,
+        Category::Data if msg.starts_with("missing field") => RejectReason::MissingField,
+        Category::Data => RejectReason::WrongType,
+    };
+    DecodeError::new(reason, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native() -> Decoder {
+        Decoder::new(&DecodeConfig::default())
+    }
+
+    fn reason(d: &Decoder, s: &[u8]) -> &'static str {
+        d.decode(s).unwrap_err().reason.as_str()
+    }
+
+    #[test]
+    fn decodes_native_with_mixed_contexts() {
+        let t = native()
+            .decode(br#"{"trace_id":"t1","timestamp":"2026-11-29T10:00:00Z","query":"q?","contexts":["a",{"id":"doc_3","text":"b","score":0.8},{"id":7,"text":"c"}],"answer":"x","stratum":"tail","metadata":{"model":"m"},"label_faithful":false}"#)
+            .unwrap();
+        assert_eq!(t.trace_id, "t1");
+        assert_eq!(t.contexts.len(), 3);
+        assert_eq!(t.contexts[1].id.as_deref(), Some("doc_3"));
+        assert_eq!(t.contexts[1].score, Some(0.8));
+        assert_eq!(t.contexts[2].id.as_deref(), Some("7"));
+        assert_eq!(t.stratum.as_deref(), Some("tail"));
+        assert_eq!(t.timestamp_ms, Some(1_795_946_400_000));
+        assert_eq!(t.label_faithful, Some(false));
+    }
+
+    #[test]
+    fn escaped_strings_decode() {
+        let t = native()
+            .decode(br#"{"trace_id":"t","query":"a \"b\"\n","contexts":[],"answer":"\u00e9"}"#)
+            .unwrap();
+        assert_eq!(t.query, "a \"b\"\n");
+        assert_eq!(t.answer, "é");
+    }
+
+    #[test]
+    fn every_malformation_has_its_reason() {
+        let d = native();
+        assert_eq!(reason(&d, b""), "empty");
+        assert_eq!(reason(&d, b"not json"), "invalid_json");
+        assert_eq!(reason(&d, br#"{"trace_id":"t","query":"#), "truncated");
+        assert_eq!(
+            reason(&d, br#"{"trace_id":"t","contexts":[],"answer":"a"}"#),
+            "missing_field"
+        );
+        assert_eq!(
+            reason(
+                &d,
+                br#"{"trace_id":"t","query":3,"contexts":[],"answer":"a"}"#
+            ),
+            "wrong_type"
+        );
+        assert_eq!(
+            reason(
+                &d,
+                br#"{"trace_id":"t","query":"q","contexts":[5],"answer":"a"}"#
+            ),
+            "wrong_type"
+        );
+        assert_eq!(
+            reason(
+                &d,
+                b"{\"trace_id\":\"t\",\"query\":\"\xff\",\"contexts\":[],\"answer\":\"a\"}"
+            ),
+            "not_utf8"
+        );
+        assert_eq!(
+            reason(
+                &d,
+                br#"{"trace_id":"","query":"q","contexts":[],"answer":"a"}"#
+            ),
+            "empty_field"
+        );
+        let deep = format!(
+            r#"{{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(reason(&d, deep.as_bytes()), "too_deep");
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let d = Decoder::new(&DecodeConfig {
+            max_message_bytes: 300,
+            max_contexts: 2,
+            max_field_bytes: 20,
+            mapping: None,
+        });
+        let big = format!(
+            r#"{{"trace_id":"t","query":"q","contexts":[],"answer":"{}"}}"#,
+            "a".repeat(400)
+        );
+        assert_eq!(reason(&d, big.as_bytes()), "too_large");
+        assert_eq!(
+            reason(
+                &d,
+                br#"{"trace_id":"t","query":"q","contexts":["a","b","c"],"answer":"a"}"#
+            ),
+            "too_many_contexts"
+        );
+        assert_eq!(reason(&d, br#"{"trace_id":"t","query":"q","contexts":[],"answer":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}"#), "field_too_long");
+    }
+
+    #[test]
+    fn openinference_mapping_reads_flattened_attributes() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/openinference.toml"
+        ))
+        .unwrap();
+        let config = crate::config::Config::from_toml_with_env(&text, &Default::default()).unwrap();
+        let d = Decoder::new(&config.decode);
+        let span = br#"{"context":{"trace_id":"abc123","span_id":"s1"},"name":"rag",
+            "attributes":{"input.value":"Who wrote it?","output.value":"Ann wrote it.",
+            "retrieval.documents.0.document.content":"Ann wrote the book.",
+            "retrieval.documents.0.document.id":"d0",
+            "retrieval.documents.1.document.content":"It sold well.",
+            "llm.model_name":"gpt-x","ragwatch.stratum":"tail"}}"#;
+        let t = d.decode(span).unwrap();
+        assert_eq!(t.trace_id, "abc123");
+        assert_eq!(t.query, "Who wrote it?");
+        assert_eq!(t.answer, "Ann wrote it.");
+        assert_eq!(t.contexts.len(), 2);
+        assert_eq!(t.contexts[1].text, "It sold well.");
+        assert_eq!(t.stratum.as_deref(), Some("tail"));
+        assert_eq!(t.metadata["model"], "gpt-x");
+        let missing = br#"{"context":{"trace_id":"a"},"attributes":{"output.value":"x"}}"#;
+        assert_eq!(reason(&d, missing), "missing_field");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = native().decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! The trace: one RAG request (question, retrieved contexts, answer, metadata) as ragwatch sees it,
+//! and the decoder that turns raw message bytes into one.
+
+mod decode;
+
+pub use decode::{DecodeError, Decoder, RejectReason};
+
+use serde::Serialize;
+
+/// One retrieved passage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Context {
+    /// The document id, when the trace gives one (used to check citations).
+    pub id: Option<String>,
+    /// The passage text.
+    pub text: String,
+    /// The retriever's score, when given.
+    pub score: Option<f64>,
+}
+
+/// A decoded, validated trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trace {
+    /// Unique per request; the sampling hash key.
+    pub trace_id: String,
+    /// Event time in ms since the epoch, from the trace or the transport.
+    pub timestamp_ms: Option<i64>,
+    /// The user's question.
+    pub query: String,
+    /// Retrieved contexts, in rank order.
+    pub contexts: Vec<Context>,
+    /// The generated answer.
+    pub answer: String,
+    /// The stratum the trace names itself, before validation against the declared list.
+    pub stratum: Option<String>,
+    /// Free-form metadata (generator model, prompt version, route, usage).
+    pub metadata: serde_json::Value,
+    /// A human label, when the trace comes from a golden set: true means no hallucination.
+    pub label_faithful: Option<bool>,
+}

@@ -1,0 +1,101 @@
+//! The evaluator: turns window state into gauges (mean, samples, confidence bounds) and drift state,
+//! every `windows.evaluate_interval_ms`. Window gauges are removed while their window is empty, so no
+//! NaN is ever exported.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{DriftState, RuleKind};
+use crate::config::Config;
+use crate::judge::{JudgeKind, Metric};
+use crate::pipeline::{Shared, now_ms};
+
+/// Sets the static threshold gauges once.
+pub fn export_thresholds(config: &Config, shared: &Shared) {
+    let m = &shared.metrics;
+    for stratum in shared.stratifier.names() {
+        for metric in Metric::ALL {
+            let rule = config.drift_rule(metric, stratum);
+            m.threshold
+                .with_label_values(&[metric.name(), stratum, RuleKind::Floor.name()])
+                .set(rule.floor);
+            m.threshold
+                .with_label_values(&[metric.name(), stratum, RuleKind::Drop.name()])
+                .set(rule.max_drop);
+            m.min_samples
+                .with_label_values(&[metric.name(), stratum])
+                .set(rule.min_samples as i64);
+        }
+    }
+}
+
+/// Recomputes every window gauge and drift flag at `now_ms`.
+pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now: u64) {
+    let m = &shared.metrics;
+    let w = &config.windows;
+    let windows = shared.windows.lock().unwrap_or_else(|p| p.into_inner());
+    for (stratum_id, stratum) in shared.stratifier.names().iter().enumerate() {
+        for metric in Metric::ALL {
+            for &judge in judges {
+                for &secs in &w.window_secs {
+                    let Some(s) = windows.stats(metric, judge, stratum_id, secs, now, w.z) else {
+                        continue;
+                    };
+                    let window = super::window_label(secs);
+                    let labels = [
+                        metric.name(),
+                        stratum.as_str(),
+                        judge.name(),
+                        window.as_str(),
+                    ];
+                    m.window_samples
+                        .with_label_values(&labels)
+                        .set(s.count as i64);
+                    match (s.mean, s.ci_lower, s.ci_upper) {
+                        (Some(mean), Some(lo), Some(hi)) => {
+                            m.window_mean.with_label_values(&labels).set(mean);
+                            m.window_ci_lower.with_label_values(&labels).set(lo);
+                            m.window_ci_upper.with_label_values(&labels).set(hi);
+                        }
+                        _ => {
+                            let _ = m.window_mean.remove_label_values(&labels);
+                            let _ = m.window_ci_lower.remove_label_values(&labels);
+                            let _ = m.window_ci_upper.remove_label_values(&labels);
+                        }
+                    }
+                }
+                let short = windows.stats(metric, judge, stratum_id, w.short_secs, now, w.z);
+                let base = windows.stats(metric, judge, stratum_id, w.baseline_secs, now, w.z);
+                if let (Some(short), Some(base)) = (short, base) {
+                    let state =
+                        DriftState::evaluate(&config.drift_rule(metric, stratum), &short, &base);
+                    for rule in RuleKind::ALL {
+                        m.drift_active
+                            .with_label_values(&[metric.name(), stratum, judge.name(), rule.name()])
+                            .set(i64::from(state.active(rule)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs [`evaluate_once`] on an interval until `stop` is cancelled.
+pub async fn run_evaluator(
+    config: Config,
+    shared: Shared,
+    judges: Vec<JudgeKind>,
+    stop: CancellationToken,
+) {
+    export_thresholds(&config, &shared);
+    let mut tick =
+        tokio::time::interval(Duration::from_millis(config.windows.evaluate_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => evaluate_once(&config, &shared, &judges, now_ms()),
+        }
+    }
+}

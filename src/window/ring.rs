@@ -1,0 +1,184 @@
+//! A ring of fixed-width time buckets with exact sums: count, sum and sum of squares per bucket.
+//! `now` is always passed in, so tests control time and nothing here reads a clock.
+//!
+//! A window of W ms with B buckets covers between W - W/B and W of history: the current bucket is
+//! partly filled. That resolution is the price of O(B) memory whatever the traffic.
+
+/// One bucket; `epoch` is the absolute bucket number it holds, so stale buckets are recognised
+/// without a sweep.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    epoch: u64,
+    count: u64,
+    sum: f64,
+    sum_sq: f64,
+}
+
+/// Rolling statistics over one window length.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    width_ms: u64,
+    buckets: Vec<Bucket>,
+}
+
+/// The statistics of a window at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowStats {
+    /// Scores in the window.
+    pub count: u64,
+    /// Their mean, or `None` when the window is empty.
+    pub mean: Option<f64>,
+    /// Lower confidence bound of the mean (normal approximation), clamped to [0, 1].
+    pub ci_lower: Option<f64>,
+    /// Upper confidence bound of the mean, clamped to [0, 1].
+    pub ci_upper: Option<f64>,
+}
+
+impl Ring {
+    /// A ring covering `window_ms` with `buckets` buckets (at least 1 ms each).
+    pub fn new(window_ms: u64, buckets: u32) -> Self {
+        let n = buckets.max(1) as usize;
+        Self {
+            width_ms: (window_ms / n as u64).max(1),
+            // epoch u64::MAX marks a bucket that never held data.
+            buckets: vec![
+                Bucket {
+                    epoch: u64::MAX,
+                    ..Bucket::default()
+                };
+                n
+            ],
+        }
+    }
+
+    /// Adds `value` at `now_ms`. Non-finite values are ignored (judges never produce them).
+    pub fn record(&mut self, value: f64, now_ms: u64) {
+        if !value.is_finite() {
+            return;
+        }
+        let epoch = now_ms / self.width_ms;
+        let n = self.buckets.len() as u64;
+        let b = &mut self.buckets[(epoch % n) as usize];
+        if b.epoch != epoch {
+            *b = Bucket {
+                epoch,
+                ..Bucket::default()
+            };
+        }
+        b.count += 1;
+        b.sum += value;
+        b.sum_sq += value * value;
+    }
+
+    /// Statistics of the buckets still inside the window at `now_ms`; `z` sets the bound's width.
+    pub fn stats(&self, now_ms: u64, z: f64) -> WindowStats {
+        let epoch = now_ms / self.width_ms;
+        let n = self.buckets.len() as u64;
+        let oldest = epoch.saturating_sub(n - 1);
+        let (mut count, mut sum, mut sum_sq) = (0u64, 0.0, 0.0);
+        for b in &self.buckets {
+            if b.epoch != u64::MAX && b.epoch >= oldest && b.epoch <= epoch {
+                count += b.count;
+                sum += b.sum;
+                sum_sq += b.sum_sq;
+            }
+        }
+        if count == 0 {
+            return WindowStats {
+                count,
+                mean: None,
+                ci_lower: None,
+                ci_upper: None,
+            };
+        }
+        let c = count as f64;
+        let mean = sum / c;
+        let var = if count > 1 {
+            ((sum_sq - c * mean * mean) / (c - 1.0)).max(0.0)
+        } else {
+            // One sample says nothing about spread: assume the widest a [0,1] score can have.
+            0.25
+        };
+        let half = z * (var / c).sqrt();
+        WindowStats {
+            count,
+            mean: Some(mean.clamp(0.0, 1.0)),
+            ci_lower: Some((mean - half).clamp(0.0, 1.0)),
+            ci_upper: Some((mean + half).clamp(0.0, 1.0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn old_buckets_fall_out() {
+        let mut r = Ring::new(10_000, 10);
+        r.record(1.0, 0);
+        r.record(0.0, 5_000);
+        assert_eq!(r.stats(9_999, 0.0).count, 2);
+        assert_eq!(r.stats(9_999, 0.0).mean, Some(0.5));
+        // At 10 s the bucket of t=0 is out.
+        let s = r.stats(10_000, 0.0);
+        assert_eq!((s.count, s.mean), (1, Some(0.0)));
+        assert_eq!(r.stats(16_000, 0.0).count, 0);
+        assert_eq!(r.stats(16_000, 0.0).mean, None);
+    }
+
+    #[test]
+    fn reused_slot_is_reset() {
+        let mut r = Ring::new(10_000, 10);
+        r.record(1.0, 500);
+        r.record(0.0, 10_500); // same slot, next lap
+        let s = r.stats(10_500, 0.0);
+        assert_eq!((s.count, s.mean), (1, Some(0.0)));
+    }
+
+    #[test]
+    fn confidence_bound_narrows_with_samples() {
+        let mut small = Ring::new(60_000, 6);
+        let mut big = Ring::new(60_000, 6);
+        for i in 0..4 {
+            small.record(if i % 2 == 0 { 0.6 } else { 0.8 }, 100);
+        }
+        for i in 0..400 {
+            big.record(if i % 2 == 0 { 0.6 } else { 0.8 }, 100);
+        }
+        let (s, b) = (small.stats(100, 1.645), big.stats(100, 1.645));
+        assert!((s.mean.unwrap() - 0.7).abs() < 1e-9);
+        assert!(s.ci_lower.unwrap() < b.ci_lower.unwrap());
+        assert!(b.ci_lower.unwrap() < 0.7 && b.ci_upper.unwrap() > 0.7);
+        let one = {
+            let mut r = Ring::new(1000, 2);
+            r.record(0.9, 0);
+            r.stats(0, 1.645)
+        };
+        assert!(
+            one.ci_lower.unwrap() < 0.2,
+            "a single sample gives a wide bound"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn matches_a_naive_window(events in proptest::collection::vec((0u64..100_000, 0.0f64..=1.0), 0..200), now in 0u64..120_000) {
+            let mut sorted = events.clone();
+            sorted.sort_by_key(|e| e.0);
+            let mut r = Ring::new(10_000, 10);
+            for (t, v) in &sorted { if *t <= now { r.record(*v, *t); } }
+            let epoch = now / 1000;
+            let oldest = epoch.saturating_sub(9);
+            let inside: Vec<f64> = sorted.iter().filter(|(t, _)| *t <= now && t / 1000 >= oldest).map(|e| e.1).collect();
+            let s = r.stats(now, 1.645);
+            prop_assert_eq!(s.count, inside.len() as u64);
+            if !inside.is_empty() {
+                let mean = inside.iter().sum::<f64>() / inside.len() as f64;
+                prop_assert!((s.mean.unwrap() - mean).abs() < 1e-9);
+                prop_assert!(s.ci_lower.unwrap() <= s.mean.unwrap() && s.mean.unwrap() <= s.ci_upper.unwrap());
+            }
+        }
+    }
+}
