@@ -1,0 +1,372 @@
+//! Test harness: real processes on loopback. A tansu broker (a Kafka-protocol broker), the ragwatch
+//! binary itself, and a scraper for its `/metrics`. Every test makes its own topic and group.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn tansu_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("TANSU_BIN") {
+        return p.into();
+    }
+    let home = std::env::var("HOME").unwrap_or_default();
+    let cargo = Path::new(&home).join(".cargo/bin/tansu");
+    if cargo.exists() {
+        return cargo;
+    }
+    PathBuf::from("tansu")
+}
+
+/// A tansu broker with in-memory storage, killed on drop.
+pub struct Broker {
+    pub port: u16,
+    child: Child,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        Self::start_on(free_port())
+    }
+
+    pub fn start_on(port: u16) -> Broker {
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(tansu_bin())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tansu is installed (tests/run.sh installs it)");
+        let broker = Broker { port, child };
+        wait_for("tansu to listen", Duration::from_secs(20), || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        broker
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: u32) {
+        let status = Command::new(tansu_bin())
+            .args([
+                "topic",
+                "create",
+                name,
+                "--partitions",
+                &partitions.to_string(),
+                "--broker",
+                &format!("tcp://127.0.0.1:{}", self.port),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "tansu topic create {name}");
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Produces `messages` (key, payload) and waits until all are acknowledged.
+pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        // tansu 0.6 answers a fetch that starts inside a record batch with the next batch, so a
+        // consumer resuming mid-batch would skip the batch tail; one record per batch avoids it.
+        .set("batch.num.messages", "1")
+        .set("message.max.bytes", "10000000")
+        .create()
+        .unwrap();
+    for (key, payload) in messages {
+        let mut record = BaseRecord::to(topic)
+            .key(key.as_str())
+            .payload(payload.as_slice());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Generated native traces: (trace_id, json) via tests/gen_traces.py.
+pub fn gen_traces(n: usize, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen_traces.py"))
+        .arg(n.to_string())
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["trace_id"].as_str().unwrap().to_owned(),
+                l.as_bytes().to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// A running ragwatch process.
+pub struct Ragwatch {
+    pub child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+    pub log: PathBuf,
+}
+
+impl Ragwatch {
+    /// Starts `ragwatch run` with the given config file and `RAGWATCH__...` overrides, on port 0.
+    pub fn start(config: &Path, env: &[(&str, String)]) -> Ragwatch {
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("addr");
+        let log = dir.path().join("ragwatch.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ragwatch"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(config)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("RAGWATCH__HTTP__LISTEN", "127.0.0.1:0")
+            .env("RAGWATCH__HTTP__PORT_FILE", &port_file)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let addr = wait_for("ragwatch to listen", Duration::from_secs(20), || {
+            std::fs::read_to_string(&port_file).ok()?.parse().ok()
+        });
+        Ragwatch {
+            child,
+            addr,
+            _dir: dir,
+            log,
+        }
+    }
+
+    /// Kafka overrides for `brokers`, `topic` and `group`, with test-bed fetch settings.
+    pub fn kafka_env(brokers: &str, topic: &str, group: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("RAGWATCH__SOURCE__KIND", "kafka".into()),
+            ("RAGWATCH__KAFKA__BROKERS", brokers.into()),
+            ("RAGWATCH__KAFKA__TOPICS", topic.into()),
+            ("RAGWATCH__KAFKA__GROUP_ID", group.into()),
+            ("RAGWATCH__KAFKA__STATS_INTERVAL_MS", "1000".into()),
+            ("RAGWATCH__KAFKA__COMMIT_INTERVAL_MS", "200".into()),
+            ("RAGWATCH__KAFKA__PROPERTIES__FETCH.WAIT.MAX.MS", "5".into()),
+        ]
+    }
+
+    pub fn scrape(&self) -> Option<String> {
+        http_get(self.addr, "/metrics")
+            .filter(|(code, _)| *code == 200)
+            .map(|(_, b)| b)
+    }
+
+    pub fn metrics(&self) -> Option<Samples> {
+        self.scrape().map(|t| Samples::parse(&t))
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        wait_for("ragwatch to exit", timeout, || {
+            self.child.try_wait().unwrap()
+        })
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Ragwatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 GET; returns status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let code = raw.split(' ').nth(1)?.parse().ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Some((code, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Parsed Prometheus text samples.
+pub struct Samples(pub Vec<(String, HashMap<String, String>, f64)>);
+
+impl Samples {
+    pub fn parse(text: &str) -> Samples {
+        let mut v = Vec::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => {
+                    let mut m = HashMap::new();
+                    for pair in rest.trim_end_matches('}').split("\",") {
+                        if let Some((k, v)) = pair.split_once("=\"") {
+                            m.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
+                        }
+                    }
+                    (n.to_owned(), m)
+                }
+                None => (series.to_owned(), HashMap::new()),
+            };
+            v.push((name, labels, value.parse().unwrap_or(f64::NAN)));
+        }
+        Samples(v)
+    }
+
+    /// Sum of the samples of `name` whose labels include all of `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .iter()
+            .filter(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|s| s.2)
+            .sum()
+    }
+}
+
+/// Runs promtool check metrics on `text`; returns its output on failure.
+pub fn promtool_check_metrics(text: &str) -> Result<(), String> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (tests/run.sh installs Debian's prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A random suffix for topic and group names.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{}", std::process::id(), rand::random::<u32>())
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need when it is missing, then runs the whole suite.
+#   tests/run.sh            unit, property and integration tests (real tansu broker, real promtool)
+#   tests/run.sh --bench    also runs the criterion benchmarks
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v python3 >/dev/null || need_apt+=(python3)
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# tansu, a Kafka-protocol broker, built once and cached in ~/.cargo/bin (about ten minutes).
+if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
+  echo "installing tansu (Kafka-protocol broker for the integration tests; ~10 minutes, once)"
+  cargo install tansu --locked --features dynostore --version 0.6.0
+fi
+export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}"
+
+# Two cores: integration tests start brokers and processes, so run test binaries one at a time.
+cargo test --all-targets -- --test-threads=2
+if [ "${1:-}" = "--bench" ]; then
+  cargo bench --bench pipeline
+fi
