@@ -1,1 +1,84 @@
-fn main() {}
+//! Hot-path benchmarks on ~2 KB traces (tests/gen_traces.py --pad 1500):
+//! - `ingest_front`: decode + stratify + sample, the per-message cost every trace pays before judging;
+//! - `offline_judge`: the offline judge's features and score;
+//! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
+//!
+//! Throughput is reported in traces per second (criterion's elements/s).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use ragwatch::config::Config;
+use ragwatch::judge::OfflineJudge;
+use ragwatch::pipeline::{Pipeline, Shared};
+use ragwatch::sample::{Sampler, Stratifier};
+use ragwatch::trace::Decoder;
+
+fn traces() -> Vec<Vec<u8>> {
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen_traces.py"))
+        .args(["2000", "--seed", "3", "--pad", "1500"])
+        .output()
+        .expect("python3 runs tests/gen_traces.py");
+    String::from_utf8(out.stdout)
+        .expect("utf8")
+        .lines()
+        .map(|l| l.as_bytes().to_vec())
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let lines = traces();
+    let mean_len = lines.iter().map(Vec::len).sum::<usize>() / lines.len();
+    eprintln!("{} traces, mean {mean_len} bytes", lines.len());
+    let config = Config::default();
+    let decoder = Decoder::new(&config.decode);
+    let stratifier = Stratifier::new(&config.strata);
+    let mut sampler = Sampler::new(&config.sample, stratifier.names());
+    let judge = OfflineJudge::default();
+
+    let mut g = c.benchmark_group("pipeline");
+    g.throughput(Throughput::Elements(lines.len() as u64));
+    g.bench_function("ingest_front", |b| {
+        b.iter(|| {
+            let mut sampled = 0usize;
+            for l in &lines {
+                if let Ok(t) = decoder.decode(l) {
+                    let s = stratifier.assign(&t);
+                    sampled += usize::from(sampler.decide(s, &t.trace_id, 0).sampled());
+                }
+            }
+            sampled
+        })
+    });
+    let decoded: Vec<_> = lines
+        .iter()
+        .filter_map(|l| decoder.decode(l).ok())
+        .collect();
+    g.bench_function("offline_judge", |b| {
+        b.iter(|| {
+            decoded
+                .iter()
+                .filter_map(|t| judge.judge(t).faithfulness)
+                .sum::<f64>()
+        })
+    });
+    g.bench_function("ingest_full", |b| {
+        b.iter_batched_ref(
+            || Pipeline::new(&config, Shared::new(&config), None),
+            |p| {
+                for l in &lines {
+                    p.ingest(l, None);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -50,10 +50,10 @@ pub async fn run(
         .await
         .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
     tracing::info!(%addr, "admin server listening");
-    if let Some(path) = &config.http.port_file {
-        if let Err(e) = std::fs::write(path, addr.to_string()) {
-            tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
-        }
+    if let Some(path) = &config.http.port_file
+        && let Err(e) = std::fs::write(path, addr.to_string())
+    {
+        tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
     }
     let server = tokio::spawn(server);
 

@@ -69,7 +69,7 @@ fn init_logging() {
     }
 }
 
-fn load(path: &PathBuf, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
+fn load(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
     Config::load(path, env).map_err(|e| {
         eprintln!("ragwatch: {e}");
         ExitCode::from(2)

@@ -2,6 +2,8 @@
 //! with exact per-stratum counts on `/metrics`, poison messages are rejected with their reason without
 //! blocking their partition, and SIGTERM then restart accounts for every produced trace.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::HashMap;

@@ -146,9 +146,9 @@ impl OfflineModel {
     /// Probability that the answer is faithful.
     pub fn predict(&self, x: &[f64]) -> f64 {
         let mut z = self.bias;
-        for i in 0..x.len().min(self.weights.len()) {
-            let s = if self.std[i] > 0.0 { self.std[i] } else { 1.0 };
-            z += self.weights[i] * (x[i] - self.mean[i]) / s;
+        for (((x, w), mean), std) in x.iter().zip(&self.weights).zip(&self.mean).zip(&self.std) {
+            let s = if *std > 0.0 { *std } else { 1.0 };
+            z += w * (x - mean) / s;
         }
         1.0 / (1.0 + (-z).exp())
     }

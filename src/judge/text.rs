@@ -2,6 +2,8 @@
 //! (lowercased, light stemming, numbers normalised), and token sets as sorted hash vectors, which are
 //! faster to build and probe than a `HashSet` for the few hundred tokens of a trace.
 
+use std::sync::LazyLock;
+
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Words that carry no evidence either way.
@@ -150,6 +152,17 @@ const STOPWORDS: &[&str] = &[
     "eg",
 ];
 
+/// The stopwords sorted, for binary search: a linear scan per token was the judge's main cost.
+static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut v = STOPWORDS.to_vec();
+    v.sort_unstable();
+    v
+});
+
+fn is_stopword(word: &str) -> bool {
+    word.len() <= 12 && STOPWORDS_SORTED.binary_search(&word).is_ok()
+}
+
 /// One token of text: its hash, and whether it is a number or a capitalised name in the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Token {
@@ -270,15 +283,21 @@ pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
             let raw = &text[start..i];
             let capital = c.is_ascii_uppercase();
             word.clear();
-            for ch in raw.chars() {
-                if ch != '\'' {
+            if raw.is_ascii() {
+                word.extend(
+                    raw.bytes()
+                        .filter(|&b| b != b'\'')
+                        .map(|b| b.to_ascii_lowercase() as char),
+                );
+            } else {
+                for ch in raw.chars().filter(|&ch| ch != '\'') {
                     word.extend(ch.to_lowercase());
                 }
             }
             if word.ends_with("s") && raw.ends_with("'s") {
                 word.pop();
             }
-            if !STOPWORDS.contains(&word.as_str()) {
+            if !is_stopword(&word) {
                 let stem = stem(&word);
                 out.push(Token {
                     hash: xxh3_64(stem.as_bytes()),

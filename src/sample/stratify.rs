@@ -86,8 +86,9 @@ impl Stratifier {
             let meta_ok = rule.metadata.as_ref().is_none_or(|(field, want)| {
                 match trace.metadata.get(field) {
                     Some(serde_json::Value::String(s)) => s == want,
-                    Some(v) => v.to_string() == *want,
-                    None => false,
+                    Some(serde_json::Value::Bool(b)) => want == if *b { "true" } else { "false" },
+                    Some(serde_json::Value::Number(n)) => n.as_f64() == want.parse().ok(),
+                    _ => false,
                 }
             });
             let query_ok = rule

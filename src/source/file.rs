@@ -148,7 +148,7 @@ async fn read_all<R: AsyncBufRead + Unpin>(
             Err(e) => return Err(SourceError::Io("input".into(), e)),
         }
         // Yield now and then so an unpaced file does not starve the HTTP server.
-        if period.is_none() && *lines % 1024 == 0 {
+        if period.is_none() && lines.is_multiple_of(1024) {
             tokio::task::yield_now().await;
         }
     }

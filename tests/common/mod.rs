@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Test harness: real processes on loopback. A tansu broker (a Kafka-protocol broker), the ragwatch
 //! binary itself, and a scraper for its `/metrics`. Every test makes its own topic and group.
 
@@ -145,18 +146,25 @@ pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
     producer.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Generated native traces: (trace_id, json) via tests/gen_traces.py.
-pub fn gen_traces(n: usize, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
-    let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen_traces.py"))
-        .arg(n.to_string())
-        .args(extra)
-        .output()
-        .unwrap();
+/// Runs `cmd` and asserts it succeeded, showing its stderr when not.
+pub fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{:?} failed: {}",
+        cmd,
         String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Generated native traces: (trace_id, json) via tests/gen_traces.py.
+pub fn gen_traces(n: usize, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
+    let out = run_ok(
+        Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen_traces.py"))
+            .arg(n.to_string())
+            .args(extra),
     );
     String::from_utf8(out.stdout)
         .unwrap()
