@@ -42,6 +42,17 @@ enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Train the offline judge's model on labelled traces (5-fold CV grouped by question).
+    TrainOffline {
+        /// Labelled JSONL traces (`label_faithful`).
+        data: PathBuf,
+        /// Where to write the model JSON.
+        #[arg(long, default_value = "src/judge/offline_model.json")]
+        out: PathBuf,
+        /// The date recorded in the report (YYYY-MM-DD).
+        #[arg(long)]
+        date: String,
+    },
     /// Validate the config and print it with environment overrides applied, secrets redacted.
     CheckConfig {
         /// Config file.
@@ -98,6 +109,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::TrainOffline { data, out, date } => train_offline(&data, &out, &date),
         Command::Run { config } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
@@ -163,6 +175,51 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+fn train_offline(data: &std::path::Path, out: &std::path::Path, date: &str) -> ExitCode {
+    use ragwatch::judge::trainer;
+    let text = match std::fs::read_to_string(data) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ragwatch: cannot read {}: {e}", data.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let decoder = ragwatch::trace::Decoder::new(&Default::default());
+    let traces: Vec<_> = text
+        .lines()
+        .filter_map(|l| decoder.decode(l.as_bytes()).ok())
+        .collect();
+    let cfg = trainer::TrainConfig::default();
+    let examples = trainer::examples(&traces, cfg.folds);
+    let name = data
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Ok(path) = std::env::var("RAGWATCH_FEATURES_CSV") {
+        // Development aid: dump the feature matrix for analysis outside ragwatch.
+        let mut csv = format!(
+            "fold,label,{}\n",
+            ragwatch::judge::Features::NAMES.join(",")
+        );
+        for e in &examples {
+            let row: Vec<String> = e.x.iter().map(|v| format!("{v}")).collect();
+            csv.push_str(&format!("{},{},{}\n", e.fold, u8::from(e.y), row.join(",")));
+        }
+        let _ = std::fs::write(path, csv);
+    }
+    let model = trainer::train(&examples, &cfg, &name, date);
+    let json = serde_json::to_string_pretty(&model).expect("a model serialises");
+    if let Err(e) = std::fs::write(out, json + "\n") {
+        eprintln!("ragwatch: cannot write {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&model.report).expect("a report serialises")
+    );
+    ExitCode::SUCCESS
 }
 
 /// Cancels `stop` on SIGTERM or SIGINT.

@@ -28,7 +28,7 @@ fi
 export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}"
 
 # Two cores: integration tests start brokers and processes, so run test binaries one at a time.
-cargo test --all-targets -- --test-threads=2
+cargo test --release --all-targets -- --test-threads=2
 if [ "${1:-}" = "--bench" ]; then
   cargo bench --bench pipeline
 fi

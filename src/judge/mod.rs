@@ -7,6 +7,7 @@
 mod offline;
 mod pool;
 mod text;
+pub mod trainer;
 
 pub use offline::{Features, OfflineJudge, OfflineModel, extract};
 pub use pool::{PoolJudge, run_pool};

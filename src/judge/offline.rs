@@ -29,9 +29,17 @@ static HEDGE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("static regex")
 });
 
+static ADVICE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(important to|recommend|consult|it is best|should always|keep in mind|note that|in general|overall|in summary|in conclusion|additionally|furthermore|also)\b")
+        .expect("static regex")
+});
+
 static CITATION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\[([A-Za-z][A-Za-z0-9_.:-]{0,39}|[0-9]{1,3})\]").expect("static regex")
 });
+
+/// Number of features.
+pub const FEATURES: usize = 28;
 
 /// The signals the offline judge computes for one trace. All finite.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -62,11 +70,42 @@ pub struct Features {
     pub refusal: f64,
     /// Citations that point at no retrieved context.
     pub bad_citations: f64,
+    /// Share of all answer tokens (not per sentence) found in the contexts.
+    pub token_support: f64,
+    /// ln(1 + distinct answer tokens found neither in the contexts nor in the question).
+    pub novel_tokens: f64,
+    /// ln(1 + the longest run of consecutive answer tokens absent from the contexts).
+    pub longest_novel_run: f64,
+    /// Share of the answer's token triples found as triples in the contexts.
+    pub trigram_support: f64,
+    /// ln(1 + sentences with support below one half).
+    pub weak_sentences: f64,
+    /// ln(1 + answer sentences).
+    pub sentences: f64,
+    /// Share of distinct answer tokens whose five-letter prefix occurs in no context.
+    pub novel_prefix_share: f64,
+    /// Support of the answer's last sentence (add-on sentences are where baseless detail goes).
+    pub last_support: f64,
+    /// Advice and generic add-on phrases per sentence ("it is important", "consult", "recommend").
+    pub advice: f64,
+    /// ln(answer tokens / context tokens), answers long for their evidence invent more.
+    pub length_ratio: f64,
+    /// ln(1 + distinct answer token pairs found in no context).
+    pub novel_bigrams: f64,
+    /// ln(1 + distinct long (7+ letters) answer words found in no context: specific terms).
+    pub novel_long_words: f64,
+    /// Share of the question's tokens found in the contexts: low when retrieval missed, which is
+    /// when generators make things up.
+    pub query_context_overlap: f64,
+    /// ln(1 + the most novel tokens in any one sentence).
+    pub max_novel_in_sentence: f64,
+    /// Share of sentences with no token outside the contexts and the question.
+    pub clean_sentence_share: f64,
 }
 
 impl Features {
     /// Names, in the order of [`Features::to_vec`].
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; FEATURES] = [
         "mean_support",
         "min_support",
         "weak_sentence_share",
@@ -80,10 +119,25 @@ impl Features {
         "query_overlap",
         "refusal",
         "bad_citations",
+        "token_support",
+        "novel_tokens",
+        "longest_novel_run",
+        "trigram_support",
+        "weak_sentences",
+        "sentences",
+        "novel_prefix_share",
+        "last_support",
+        "advice",
+        "length_ratio",
+        "novel_bigrams",
+        "novel_long_words",
+        "query_context_overlap",
+        "max_novel_in_sentence",
+        "clean_sentence_share",
     ];
 
     /// The features as a vector, in [`Features::NAMES`] order.
-    pub fn to_vec(&self) -> [f64; 13] {
+    pub fn to_vec(&self) -> [f64; FEATURES] {
         [
             self.mean_support,
             self.min_support,
@@ -98,6 +152,21 @@ impl Features {
             self.query_overlap,
             self.refusal,
             self.bad_citations,
+            self.token_support,
+            self.novel_tokens,
+            self.longest_novel_run,
+            self.trigram_support,
+            self.weak_sentences,
+            self.sentences,
+            self.novel_prefix_share,
+            self.last_support,
+            self.advice,
+            self.length_ratio,
+            self.novel_bigrams,
+            self.novel_long_words,
+            self.query_context_overlap,
+            self.max_novel_in_sentence,
+            self.clean_sentence_share,
         ]
     }
 }
@@ -220,7 +289,13 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
         ctx_bigrams.extend(bigrams(&ctx_tokens[start..]));
     }
     let ctx = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.hash).collect());
+    let ctx_prefixes = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.prefix).collect());
     let ctx_pairs = TokenSet::from_hashes(ctx_bigrams);
+    let mut ctx_triples = Vec::with_capacity(ctx_tokens.len());
+    for c in ctx_tokens.windows(3) {
+        ctx_triples.push(trigram(&c[0], &c[1], &c[2]));
+    }
+    let ctx_triples = TokenSet::from_hashes(ctx_triples);
     let mut q_tokens = Vec::with_capacity(32);
     content_tokens(&trace.query, &mut q_tokens);
     let query = TokenSet::from_hashes(q_tokens.iter().map(|t| t.hash).collect());
@@ -230,6 +305,10 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
     let mut min_support: f64 = 1.0;
     let mut weak = 0usize;
     let (mut pairs, mut pairs_found) = (0usize, 0usize);
+    let mut novel_pairs: Vec<u64> = Vec::with_capacity(64);
+    let (mut triples, mut triples_found) = (0usize, 0usize);
+    let (mut run, mut longest_run) = (0usize, 0usize);
+    let (mut max_novel, mut clean) = (0usize, 0usize);
     let mut answer_tokens: Vec<Token> = Vec::with_capacity(128);
     let mut sent = Vec::with_capacity(64);
     for s in sentences(&trace.answer) {
@@ -241,13 +320,36 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
         let found = sent.iter().filter(|t| ctx.contains(t.hash)).count();
         let support = found as f64 / sent.len() as f64;
         f.mean_support += support;
+        f.last_support = support;
         min_support = min_support.min(support);
         if support < 0.5 {
             weak += 1;
         }
         for b in bigrams(&sent) {
             pairs += 1;
-            pairs_found += usize::from(ctx_pairs.contains(b));
+            if ctx_pairs.contains(b) {
+                pairs_found += 1;
+            } else {
+                novel_pairs.push(b);
+            }
+        }
+        for t in sent.windows(3) {
+            triples += 1;
+            triples_found += usize::from(ctx_triples.contains(trigram(&t[0], &t[1], &t[2])));
+        }
+        let novel_here = sent
+            .iter()
+            .filter(|t| !ctx.contains(t.hash) && !query.contains(t.hash))
+            .count();
+        max_novel = max_novel.max(novel_here);
+        clean += usize::from(novel_here == 0);
+        for t in &sent {
+            if ctx.contains(t.hash) {
+                run = 0;
+            } else {
+                run += 1;
+                longest_run = longest_run.max(run);
+            }
         }
         sentence_count += 1;
         answer_tokens.extend_from_slice(&sent);
@@ -257,6 +359,7 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
         f.min_support = min_support;
         f.weak_sentence_share = weak as f64 / sentence_count as f64;
         f.hedges = HEDGE.find_iter(&trace.answer).count() as f64 / sentence_count as f64;
+        f.advice = ADVICE.find_iter(&trace.answer).count() as f64 / sentence_count as f64;
     }
     f.bigram_support = if pairs > 0 {
         pairs_found as f64 / pairs as f64
@@ -281,12 +384,65 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
         .map(|t| t.hash)
         .filter(|&h| !ctx.contains(h) && !query.contains(h))
         .collect::<Vec<_>>();
+    let novel_distinct = TokenSet::from_hashes(novel_tokens).len() as f64;
+    f.novel_tokens = novel_distinct.ln_1p();
     f.novel_token_share = if distinct.is_empty() {
         0.0
     } else {
-        TokenSet::from_hashes(novel_tokens).len() as f64 / distinct.len() as f64
+        novel_distinct / distinct.len() as f64
     };
     f.answer_len = (answer_tokens.len() as f64).ln_1p();
+    f.novel_bigrams = (TokenSet::from_hashes(novel_pairs).len() as f64).ln_1p();
+    f.novel_long_words = (TokenSet::from_hashes(
+        answer_tokens
+            .iter()
+            .filter(|t| t.long && !ctx.contains(t.hash) && !query.contains(t.hash))
+            .map(|t| t.hash)
+            .collect(),
+    )
+    .len() as f64)
+        .ln_1p();
+    f.length_ratio = f.answer_len - (ctx_tokens.len() as f64).ln_1p();
+    f.novel_prefix_share = if distinct.is_empty() {
+        0.0
+    } else {
+        let mut novel: Vec<u64> = answer_tokens
+            .iter()
+            .filter(|t| !ctx_prefixes.contains(t.prefix))
+            .map(|t| t.hash)
+            .collect();
+        novel.sort_unstable();
+        novel.dedup();
+        novel.len() as f64 / distinct.len() as f64
+    };
+    f.token_support = if answer_tokens.is_empty() {
+        0.0
+    } else {
+        answer_tokens
+            .iter()
+            .filter(|t| ctx.contains(t.hash))
+            .count() as f64
+            / answer_tokens.len() as f64
+    };
+    f.trigram_support = if triples > 0 {
+        triples_found as f64 / triples as f64
+    } else {
+        f.bigram_support
+    };
+    f.longest_novel_run = (longest_run as f64).ln_1p();
+    f.max_novel_in_sentence = (max_novel as f64).ln_1p();
+    f.clean_sentence_share = if sentence_count > 0 {
+        clean as f64 / sentence_count as f64
+    } else {
+        0.0
+    };
+    f.query_context_overlap = if q_tokens.is_empty() {
+        0.0
+    } else {
+        q_tokens.iter().filter(|t| ctx.contains(t.hash)).count() as f64 / q_tokens.len() as f64
+    };
+    f.weak_sentences = (weak as f64).ln_1p();
+    f.sentences = (sentence_count as f64).ln_1p();
     f.context_len = (ctx_tokens.len() as f64).ln_1p();
     f.query_overlap = if query.is_empty() {
         0.0
@@ -303,6 +459,10 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
     let citations = citations(trace);
     f.bad_citations = f64::from(citations.total - citations.valid);
     (f, citations, sentence_count)
+}
+
+fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
+    a.hash.rotate_left(29) ^ b.hash.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.hash
 }
 
 fn citations(trace: &Trace) -> Citations {
@@ -426,5 +586,110 @@ mod tests {
     #[test]
     fn committed_model_loads_and_is_consistent() {
         assert!(OfflineModel::committed().is_consistent());
+    }
+}
+
+#[cfg(test)]
+mod model_tests {
+    use super::*;
+    use crate::trace::Context;
+
+    fn trace(query: &str, ctx: &str, answer: &str) -> Trace {
+        Trace {
+            trace_id: "t".into(),
+            timestamp_ms: None,
+            query: query.into(),
+            contexts: vec![Context {
+                id: Some("d1".into()),
+                text: ctx.into(),
+                score: None,
+            }],
+            answer: answer.into(),
+            stratum: None,
+            metadata: serde_json::Value::Null,
+            label_faithful: None,
+        }
+    }
+
+    /// The committed model scores a fixed set exactly as recorded; a retrained model must update this.
+    #[test]
+    fn committed_model_scores_fixed_set_identically() {
+        let j = OfflineJudge::default();
+        let ctx = "The museum opens at 9 am and closes at 5 pm. Entry costs 12 euros for adults and is free for children under 12.";
+        let cases = [
+            (
+                "When does the museum open?",
+                "The museum opens at 9 am and closes at 5 pm.",
+            ),
+            (
+                "How much is entry?",
+                "Entry costs 12 euros for adults; children under 12 enter free.",
+            ),
+            (
+                "How much is entry?",
+                "Entry costs 25 euros, and the curator Paul Dubois recommends booking the rooftop terrace restaurant in advance.",
+            ),
+        ];
+        let got: Vec<f64> = cases
+            .iter()
+            .map(|(q, a)| j.judge(&trace(q, ctx, a)).faithfulness.unwrap())
+            .collect();
+        let recorded = [0.9841736514348308, 0.9366253418069969, 0.23455436942949645];
+        for (g, r) in got.iter().zip(recorded) {
+            assert!((g - r).abs() < 1e-12, "scores changed: {got:?}");
+        }
+        assert!(got[0] > got[2] && got[1] > got[2]);
+    }
+
+    /// `train-offline` reproduces the committed weights exactly from the development set. The data set
+    /// is read from `../shared/data` (beside the checkout, as on the developers' machines and in CI).
+    #[test]
+    fn trainer_reproduces_committed_model() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/ragtruth_qa_train.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have {}",
+                path.display()
+            );
+            eprintln!("skipped: {} not present", path.display());
+            return;
+        };
+        let decoder = crate::trace::Decoder::new(&Default::default());
+        let traces: Vec<_> = text
+            .lines()
+            .filter_map(|l| decoder.decode(l.as_bytes()).ok())
+            .collect();
+        let cfg = super::super::trainer::TrainConfig::default();
+        let examples = super::super::trainer::examples(&traces, cfg.folds);
+        let committed = OfflineModel::committed();
+        let date = committed.report["trained"].as_str().unwrap().to_owned();
+        let model = super::super::trainer::train(&examples, &cfg, "ragtruth_qa_train.jsonl", &date);
+        assert_eq!(model, committed);
+        assert!(model.report["cv_auroc_pooled"].as_f64().unwrap() >= 0.78);
+    }
+
+    #[test]
+    fn signals_on_hand_cases() {
+        let ctx = "Water boils at 100 degrees Celsius at sea level.";
+        let (f, _, _) = extract(&trace(
+            "At what temperature does water boil?",
+            ctx,
+            "Water boils at 100 degrees Celsius at sea level.",
+        ));
+        assert_eq!(f.token_support, 1.0);
+        assert_eq!(f.novel_tokens, 0.0);
+        assert_eq!(f.clean_sentence_share, 1.0);
+        assert!(f.query_context_overlap > 0.5);
+        let (f, _, _) = extract(&trace(
+            "q",
+            ctx,
+            "Water boils at 90 degrees. It may possibly vary. It is important to consult a chemist.",
+        ));
+        assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
+        assert!(f.hedges > 0.0 && f.advice > 0.0);
+        assert!(f.weak_sentences > 0.0 && f.novel_long_words > 0.0);
+        assert!(f.last_support < 0.5);
     }
 }

@@ -150,12 +150,110 @@ const STOPWORDS: &[&str] = &[
     "g",
     "ie",
     "eg",
+    // Words that talk about the evidence or the conversation rather than make a claim.
+    "given",
+    "provide",
+    "provides",
+    "provided",
+    "unable",
+    "mention",
+    "mentions",
+    "mentioned",
+    "suggest",
+    "suggests",
+    "state",
+    "states",
+    "stated",
+    "appear",
+    "appears",
+    "hope",
+    "please",
+    "know",
+    "cannot",
+    "alternatively",
+    "brief",
+    "briefly",
+    "following",
+    "follows",
+    "questions",
+    "note",
+    "sure",
+    "specific",
+    "specifically",
+    "summary",
+    "let",
+    "like",
+    "seems",
+    "refer",
+    "refers",
+    "described",
+    "describes",
+    "explain",
+    "explains",
+    "text",
+    "source",
+    "sources",
+    "documents",
+    "document",
+    "details",
+    "detail",
+    "certainly",
+    "happy",
+    "glad",
+    "help",
+    "finally",
+    "first",
+    "hand",
+    "step",
+    "steps",
+    "instructions",
+    "making",
+    "main",
+    "various",
+    "possible",
+    "used",
+    "using",
+    "use",
+    "one",
+    "without",
+    "due",
+    "type",
+    "best",
+    "another",
+    "instead",
+    "either",
+    "general",
+    "taking",
+    "starting",
+    "way",
+    "ways",
+    "make",
+    "need",
+    "means",
+    "mean",
+    "called",
+    "known",
+    "refer",
+    "term",
+    "terms",
+    "find",
+    "found",
+    "information",
+    "answered",
+    "answering",
+    "asked",
+    "ask",
+    "however",
+    "although",
+    "though",
+    "yes",
 ];
 
 /// The stopwords sorted, for binary search: a linear scan per token was the judge's main cost.
 static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut v = STOPWORDS.to_vec();
     v.sort_unstable();
+    v.dedup();
     v
 });
 
@@ -172,6 +270,10 @@ pub struct Token {
     pub number: bool,
     /// Capitalised in the source and not at the start of a sentence: likely a name.
     pub name: bool,
+    /// A word of seven or more letters: specific terms rather than glue.
+    pub long: bool,
+    /// Hash of the first five characters: a cruder stem that lets morphological variants meet.
+    pub prefix: u64,
 }
 
 /// A sorted, deduplicated set of token hashes.
@@ -265,10 +367,13 @@ pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
                 }
                 i += 1;
             }
+            let hash = xxh3_64(word.as_bytes());
             out.push(Token {
-                hash: xxh3_64(word.as_bytes()),
+                hash,
                 number: true,
                 name: false,
+                long: false,
+                prefix: hash,
             });
             sentence_start = false;
             continue;
@@ -299,10 +404,13 @@ pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
             }
             if !is_stopword(&word) {
                 let stem = stem(&word);
+                let cut = stem.char_indices().nth(5).map_or(stem.len(), |(i, _)| i);
                 out.push(Token {
                     hash: xxh3_64(stem.as_bytes()),
                     number: false,
                     name: capital && !sentence_start,
+                    long: word.len() >= 7,
+                    prefix: xxh3_64(&stem.as_bytes()[..cut]) ^ 0x5f5f,
                 });
             }
             sentence_start = false;
