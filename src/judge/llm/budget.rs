@@ -1,0 +1,269 @@
+//! The judge budget: enforced before a call is made, never after.
+//!
+//! Three limits, all scaled by this replica's share of the fleet (its share of the topic's
+//! partitions), so adding replicas does not multiply spend:
+//! - requests per minute, a governor rate limiter;
+//! - tokens per minute and per day, token buckets charged with an upper-bound estimate before each
+//!   call (prompt characters / 3 + the `max_tokens` sent) and refunded with the difference once the
+//!   API reports its usage. Since the estimate bounds the real cost, the spend never exceeds the limit.
+//!
+//! Generic over the clock so tests drive time with governor's fake clock.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+use crate::config::BudgetConfig;
+
+type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// A token bucket refilled continuously.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    capacity: f64,
+    tokens: f64,
+    per_sec: f64,
+    last: Duration,
+}
+
+impl Bucket {
+    fn new(capacity: f64, period: Duration) -> Self {
+        Self {
+            capacity,
+            tokens: capacity,
+            per_sec: capacity / period.as_secs_f64(),
+            last: Duration::ZERO,
+        }
+    }
+
+    fn refill(&mut self, now: Duration) {
+        let dt = now.saturating_sub(self.last).as_secs_f64();
+        self.tokens = (self.tokens + dt * self.per_sec).min(self.capacity);
+        self.last = now;
+    }
+
+    fn rescale(&mut self, capacity: f64, period: Duration, now: Duration) {
+        self.refill(now);
+        let used = self.capacity - self.tokens;
+        self.capacity = capacity;
+        self.per_sec = capacity / period.as_secs_f64();
+        self.tokens = (capacity - used).min(capacity);
+    }
+}
+
+/// What a successful `try_charge` took, to be reconciled with the real usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    /// Tokens reserved.
+    pub tokens: u64,
+}
+
+/// The budget of one replica.
+pub struct Budget<C: Clock = DefaultClock> {
+    clock: C,
+    start: C::Instant,
+    config: BudgetConfig,
+    state: Mutex<State<C>>,
+}
+
+struct State<C: Clock> {
+    share: f64,
+    requests: Option<Limiter<C>>,
+    minute: Bucket,
+    day: Bucket,
+}
+
+impl<C: Clock> std::fmt::Debug for Budget<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget").field("config", &self.config).finish()
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
+
+impl Budget<DefaultClock> {
+    /// A budget on the real clock, with a share of 1 until the source says otherwise.
+    pub fn new(config: &BudgetConfig) -> Self {
+        Self::with_clock(config, DefaultClock::default())
+    }
+}
+
+impl<C: Clock> Budget<C> {
+    /// A budget on `clock`.
+    pub fn with_clock(config: &BudgetConfig, clock: C) -> Self {
+        let start = clock.now();
+        let state = State {
+            share: 1.0,
+            requests: limiter(config.requests_per_minute, 1.0, clock.clone()),
+            minute: Bucket::new(config.tokens_per_minute as f64, MINUTE),
+            day: Bucket::new(config.tokens_per_day as f64, DAY),
+        };
+        Self {
+            clock,
+            start,
+            config: config.clone(),
+            state: Mutex::new(state),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from(self.clock.now().duration_since(self.start))
+    }
+
+    /// Sets this replica's share of the fleet's budget (assigned partitions / all partitions).
+    pub fn set_share(&self, share: f64) {
+        let share = if share.is_finite() { share.clamp(0.0, 1.0) } else { 1.0 };
+        let now = self.now();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if (s.share - share).abs() < 1e-9 {
+            return;
+        }
+        s.share = share;
+        s.requests = limiter(self.config.requests_per_minute, share, self.clock.clone());
+        s.minute.rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
+        s.day.rescale(self.config.tokens_per_day as f64 * share, DAY, now);
+    }
+
+    /// This replica's share.
+    pub fn share(&self) -> f64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).share
+    }
+
+    /// Reserves one request and `estimate` tokens, or refuses without side effects.
+    pub fn try_charge(&self, estimate: u64) -> Option<Charge> {
+        let now = self.now();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.minute.refill(now);
+        s.day.refill(now);
+        let need = estimate as f64;
+        if s.minute.tokens < need || s.day.tokens < need {
+            return None;
+        }
+        match &s.requests {
+            Some(l) if l.check().is_ok() => {}
+            _ => return None,
+        }
+        s.minute.tokens -= need;
+        s.day.tokens -= need;
+        Some(Charge { tokens: estimate })
+    }
+
+    /// Gives back what the call did not use (`actual` below the estimate). An `actual` above it is
+    /// charged too, so the accounts stay true even if a server ignores `max_tokens`.
+    pub fn reconcile(&self, charge: Charge, actual: u64) {
+        let now = self.now();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.minute.refill(now);
+        s.day.refill(now);
+        let delta = charge.tokens as f64 - actual as f64;
+        s.minute.tokens = (s.minute.tokens + delta).min(s.minute.capacity);
+        s.day.tokens = (s.day.tokens + delta).min(s.day.capacity);
+    }
+
+    /// Tokens that could be spent now: the smaller of the minute and day buckets.
+    pub fn remaining_tokens(&self) -> f64 {
+        let now = self.now();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.minute.refill(now);
+        s.day.refill(now);
+        s.minute.tokens.min(s.day.tokens).max(0.0)
+    }
+}
+
+fn limiter<C: Clock>(per_minute: u32, share: f64, clock: C) -> Option<Limiter<C>> {
+    let n = (per_minute as f64 * share).floor() as u32;
+    let n = std::num::NonZeroU32::new(n)?;
+    Some(RateLimiter::direct_with_clock(Quota::per_minute(n), clock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn config(rpm: u32, tpm: u64, tpd: u64) -> BudgetConfig {
+        BudgetConfig {
+            requests_per_minute: rpm,
+            tokens_per_minute: tpm,
+            tokens_per_day: tpd,
+        }
+    }
+
+    #[test]
+    fn token_budget_refuses_before_overspending_and_refills() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(1000, 1000, 100_000), clock.clone());
+        let mut spent = 0;
+        while let Some(c) = b.try_charge(300) {
+            spent += c.tokens;
+        }
+        assert_eq!(spent, 900, "three calls of 300 fit in 1000, a fourth would not");
+        clock.advance(Duration::from_secs(30));
+        assert!(b.try_charge(300).is_some(), "half a minute refills 500");
+    }
+
+    #[test]
+    fn reconcile_refunds_unused_tokens() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(1000, 1000, 100_000), clock);
+        let c = b.try_charge(800).unwrap();
+        assert!(b.try_charge(800).is_none());
+        b.reconcile(c, 100);
+        assert!((b.remaining_tokens() - 900.0).abs() < 1e-6);
+        assert!(b.try_charge(800).is_some());
+    }
+
+    #[test]
+    fn request_rate_is_limited() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(6, 1_000_000, 1_000_000), clock.clone());
+        let n = (0..20).filter(|_| b.try_charge(1).is_some()).count();
+        assert_eq!(n, 6);
+        clock.advance(Duration::from_secs(10));
+        assert!(b.try_charge(1).is_some(), "one request per 10 s comes back");
+        assert!(b.try_charge(1).is_none());
+    }
+
+    #[test]
+    fn share_scales_every_limit() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(60, 1000, 100_000), clock.clone());
+        b.set_share(1.0 / 3.0);
+        let mut spent = 0;
+        while let Some(c) = b.try_charge(100) {
+            spent += c.tokens;
+        }
+        assert_eq!(spent, 300, "a third of 1000 tokens per minute");
+        b.set_share(0.0);
+        clock.advance(Duration::from_secs(120));
+        assert!(b.try_charge(1).is_none(), "no partitions, no spend");
+    }
+
+    /// Over a simulated day with random call sizes and usage, the tokens actually used never exceed
+    /// what the limits allow over the elapsed time.
+    #[test]
+    fn never_exceeds_the_limit_over_time() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(600, 5_000, 10_000_000), clock.clone());
+        let mut used = 0u64;
+        let mut x = 12345u64;
+        for _ in 0..20_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let estimate = 100 + (x >> 33) % 900;
+            if let Some(c) = b.try_charge(estimate) {
+                let actual = estimate * ((x >> 20) % 100) / 100;
+                used += actual;
+                b.reconcile(c, actual);
+            }
+            clock.advance(Duration::from_millis(50));
+        }
+        let elapsed_min = 20_000.0 * 0.05 / 60.0;
+        assert!(used as f64 <= 5_000.0 * (elapsed_min + 1.0), "used {used}");
+        assert!(used > 0);
+    }
+}
