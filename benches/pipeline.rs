@@ -48,7 +48,7 @@ fn bench(c: &mut Criterion) {
             for l in &lines {
                 if let Ok(t) = decoder.decode(l) {
                     let s = stratifier.assign(&t);
-                    sampled += usize::from(sampler.decide(s, &t.trace_id, 0).sampled());
+                    sampled += usize::from(sampler.decide(s, &t.trace_id, 0, false).sampled());
                 }
             }
             sampled

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SampledJudge, SourceKind};
 use crate::http::{self, AdminState};
+use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge, PoolJudge, run_pool};
 use crate::pipeline::{Pipeline, Shared};
 use crate::source::{self, SourceError};
@@ -30,6 +31,9 @@ pub enum RunError {
     /// The source failed.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The LLM judge could not be set up.
+    #[error("llm judge: {0}")]
+    Judge(#[from] crate::judge::llm::LlmSetupError),
 }
 
 /// Runs until `stop` is cancelled (the binary cancels it on SIGTERM/SIGINT) or a non-looping file
@@ -57,15 +61,26 @@ pub async fn run(
     }
     let server = tokio::spawn(server);
 
-    let judges = vec![JudgeKind::Offline];
+    let mut judges = vec![JudgeKind::Offline];
+    let mut budget = None;
     let abandon = CancellationToken::new();
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let (jobs_tx, pool) = match config.judge.sampled {
-        SampledJudge::None => (None, None),
-        SampledJudge::Offline => {
+    let pool_judge = match config.judge.sampled {
+        SampledJudge::None => None,
+        SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
+        SampledJudge::Llm => {
+            let judge = LlmJudge::try_new(&config, &env, Arc::clone(&shared.metrics))?;
+            budget = Some(Arc::clone(judge.budget()));
+            judges.push(JudgeKind::Llm);
+            Some(PoolJudge::Llm(Arc::new(judge)))
+        }
+    };
+    let (jobs_tx, pool) = match pool_judge {
+        None => (None, None),
+        Some(judge) => {
             let (tx, rx) = mpsc::channel(config.judge.queue_capacity);
             let pool = tokio::spawn(run_pool(
-                PoolJudge::Offline(OfflineJudge::default()),
+                judge,
                 config.judge.workers,
                 rx,
                 (config.source.kind == SourceKind::Kafka).then_some(ack_tx),
@@ -107,6 +122,7 @@ pub async fn run(
             &mut pipeline,
             Arc::clone(&shared.metrics),
             ack_rx,
+            budget,
             &stop,
         )
         .await

@@ -69,6 +69,12 @@ pub struct Config {
     /// Drift rules per metric, with per-stratum overrides.
     #[serde(default)]
     pub drift: DriftConfig,
+    /// The LLM judge's API, used when `judge.sampled = "llm"`.
+    #[serde(default)]
+    pub llm: LlmConfig,
+    /// The LLM judge's budget for the whole fleet.
+    #[serde(default)]
+    pub budget: BudgetConfig,
     /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`).
     #[serde(default)]
     pub http: HttpConfig,
@@ -223,6 +229,9 @@ pub struct SampleConfig {
     /// Window of the per-stratum minimum.
     #[serde(default = "default_min_window_secs")]
     pub min_window_secs: u64,
+    /// Traces the offline judge is unsure about are sampled at this multiple of the rate.
+    #[serde(default = "default_uncertain_boost")]
+    pub uncertain_boost: f64,
 }
 
 /// Which judge scores the sample.
@@ -233,6 +242,112 @@ pub enum SampledJudge {
     None,
     /// The offline judge, run again on the sample (useful for testing the queue path).
     Offline,
+    /// The LLM judge (`[llm]`, `[budget]`).
+    Llm,
+}
+
+/// How faithfulness is asked of the LLM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaithfulnessMode {
+    /// Extract claims and verify them in one call.
+    OneCall,
+    /// RAGAS's form: one call extracts claims, a second verifies them.
+    TwoCall,
+}
+
+/// An OpenAI-compatible chat and embeddings API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Base URL up to and including the version path, e.g. `https://api.openai.com/v1`.
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    /// Chat model, pinned to a dated version: a judge change is a metric reset.
+    #[serde(default = "default_chat_model")]
+    pub chat_model: String,
+    /// Embedding model for answer relevancy.
+    #[serde(default = "default_embedding_model")]
+    pub embedding_model: String,
+    /// Version of ragwatch's judge prompts; recorded with every verdict.
+    #[serde(default = "default_prompt_version")]
+    pub prompt_version: String,
+    /// Environment variable holding the API key.
+    #[serde(default = "default_api_key_env")]
+    pub api_key_env: String,
+    /// A mounted file holding the API key (read when the variable is unset).
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Header carrying the key: `authorization` (Bearer) or e.g. `api-key` for Azure.
+    #[serde(default = "default_api_key_header")]
+    pub api_key_header: String,
+    /// Extra headers sent with every call.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Extra query parameters (Azure's `api-version`).
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Sampling temperature; 0 for a judge.
+    #[serde(default)]
+    pub temperature: f64,
+    /// Seed, for servers that support it.
+    #[serde(default = "default_seed")]
+    pub seed: Option<u64>,
+    /// `response_format` with a strict JSON schema; false uses JSON mode for servers without it.
+    /// The output is validated against the same schema either way.
+    #[serde(default = "default_true")]
+    pub json_schema: bool,
+    /// One call or RAGAS's two calls for faithfulness.
+    #[serde(default = "default_faithfulness_mode")]
+    pub faithfulness_mode: FaithfulnessMode,
+    /// Questions generated for answer relevancy.
+    #[serde(default = "default_relevancy_questions")]
+    pub relevancy_questions: u32,
+    /// `max_tokens` of a call; a truncated answer is retried once with twice this.
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u64,
+    /// TCP connect timeout.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Timeout of one HTTP request.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Everything for one trace (all calls and retries) must finish within this.
+    #[serde(default = "default_trace_deadline_ms")]
+    pub trace_deadline_ms: u64,
+    /// Attempts per call, including the first.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Backoff base.
+    #[serde(default = "default_backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    /// Backoff ceiling.
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+    /// Identical (query, contexts, answer) within this reuse the verdict.
+    #[serde(default = "default_cache_ttl_secs")]
+    pub cache_ttl_secs: u64,
+    /// Verdicts kept in the cache.
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: usize,
+    /// Append a verdict record (claims, raw outputs, usage, latency) per judged trace to this file.
+    #[serde(default)]
+    pub records_path: Option<PathBuf>,
+}
+
+/// The LLM judge's budget, for the whole fleet; each replica spends its share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Judge requests per minute.
+    #[serde(default = "default_rpm")]
+    pub requests_per_minute: u32,
+    /// Tokens per minute (input plus output).
+    #[serde(default = "default_tpm")]
+    pub tokens_per_minute: u64,
+    /// Tokens per day.
+    #[serde(default = "default_tpd")]
+    pub tokens_per_day: u64,
 }
 
 /// Judges and their bounded work queue.
@@ -381,6 +496,9 @@ fn default_min_per_window() -> u32 {
 fn default_min_window_secs() -> u64 {
     300
 }
+fn default_uncertain_boost() -> f64 {
+    3.0
+}
 fn default_sampled_judge() -> SampledJudge {
     SampledJudge::None
 }
@@ -425,6 +543,69 @@ fn default_relevancy_rule() -> DriftRule {
         min_samples: 30,
     }
 }
+fn default_base_url() -> String {
+    "https://api.openai.com/v1".into()
+}
+fn default_chat_model() -> String {
+    "gpt-4o-mini-2024-07-18".into()
+}
+fn default_embedding_model() -> String {
+    "text-embedding-3-small".into()
+}
+fn default_prompt_version() -> String {
+    "rw-1".into()
+}
+fn default_api_key_env() -> String {
+    "RAGWATCH_LLM_API_KEY".into()
+}
+fn default_api_key_header() -> String {
+    "authorization".into()
+}
+fn default_seed() -> Option<u64> {
+    Some(7)
+}
+fn default_faithfulness_mode() -> FaithfulnessMode {
+    FaithfulnessMode::OneCall
+}
+fn default_relevancy_questions() -> u32 {
+    3
+}
+fn default_max_output_tokens() -> u64 {
+    1024
+}
+fn default_connect_timeout_ms() -> u64 {
+    3000
+}
+fn default_request_timeout_ms() -> u64 {
+    30_000
+}
+fn default_trace_deadline_ms() -> u64 {
+    60_000
+}
+fn default_max_attempts() -> u32 {
+    4
+}
+fn default_backoff_base_ms() -> u64 {
+    250
+}
+fn default_backoff_max_ms() -> u64 {
+    10_000
+}
+fn default_cache_ttl_secs() -> u64 {
+    3600
+}
+fn default_cache_capacity() -> usize {
+    10_000
+}
+fn default_rpm() -> u32 {
+    60
+}
+fn default_tpm() -> u64 {
+    200_000
+}
+fn default_tpd() -> u64 {
+    20_000_000
+}
 fn default_listen() -> String {
     "0.0.0.0:9464".into()
 }
@@ -452,6 +633,8 @@ default_from_serde!(
     JudgeConfig,
     WindowsConfig,
     DriftConfig,
+    LlmConfig,
+    BudgetConfig,
     HttpConfig,
     ShutdownConfig
 );
@@ -590,6 +773,9 @@ impl Config {
             check_ratio(&format!("sample.rates.{stratum}"), *rate)?;
             self.check_stratum(&format!("sample.rates.{stratum}"), stratum)?;
         }
+        if !(self.sample.uncertain_boost >= 1.0 && self.sample.uncertain_boost.is_finite()) {
+            return Err(invalid("sample.uncertain_boost", "must be >= 1".into()));
+        }
         if self.sample.min_window_secs == 0 {
             return Err(invalid("sample.min_window_secs", "must be > 0".into()));
         }
@@ -647,6 +833,46 @@ impl Config {
                     return Err(invalid(&field, format!("unknown metric `{metric}`")));
                 }
                 check_rule(&field, rule)?;
+            }
+        }
+        let llm = &self.llm;
+        if self.judge.sampled == SampledJudge::Llm {
+            if !(llm.base_url.starts_with("http://") || llm.base_url.starts_with("https://")) {
+                return Err(invalid("llm.base_url", "must be an http(s) URL".into()));
+            }
+            if llm.chat_model.trim().is_empty() || llm.embedding_model.trim().is_empty() {
+                return Err(invalid(
+                    "llm.chat_model",
+                    "chat and embedding models must be named".into(),
+                ));
+            }
+        }
+        if !(1..=10).contains(&llm.relevancy_questions) {
+            return Err(invalid(
+                "llm.relevancy_questions",
+                "must be in 1..=10".into(),
+            ));
+        }
+        if llm.max_attempts == 0 || llm.max_output_tokens == 0 || llm.trace_deadline_ms == 0 {
+            return Err(invalid(
+                "llm.max_attempts",
+                "max_attempts, max_output_tokens and trace_deadline_ms must be > 0".into(),
+            ));
+        }
+        if !(0.0..=2.0).contains(&llm.temperature) {
+            return Err(invalid("llm.temperature", "must be in [0, 2]".into()));
+        }
+        for key in llm.headers.keys() {
+            let k = key.to_ascii_lowercase();
+            if k == "authorization" || k == "api-key" || k.contains("secret") || k.contains("token")
+            {
+                return Err(invalid(
+                    &format!("llm.headers.{key}"),
+                    format!(
+                        "credentials come from ${} or llm.api_key_file",
+                        llm.api_key_env
+                    ),
+                ));
             }
         }
         self.http

@@ -17,6 +17,19 @@ use crate::window::RuleKind;
 /// Why a trace was not judged by the sampled judge although sampled; label values.
 pub const SKIP_REASONS: [&str; 4] = ["queue_full", "budget", "shutdown", "judge_error"];
 
+/// Outcomes of a judge call; label values of `ragwatch_judge_requests_total`.
+pub const JUDGE_OUTCOMES: [&str; 9] = [
+    "ok",
+    "no_claims",
+    "parse_error",
+    "truncated",
+    "timeout",
+    "rate_limited",
+    "http_error",
+    "budget_exhausted",
+    "cached",
+];
+
 /// Buckets for scores in [0, 1]: one per tenth, so `le="0.5"` counts the clearly unfaithful.
 const RATIO_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 
@@ -63,6 +76,12 @@ pub struct Metrics {
     pub judge_requests: IntCounterVec,
     /// Judge call latency.
     pub judge_duration: HistogramVec,
+    /// Tokens spent by the judge, by direction (prompt, completion).
+    pub judge_tokens: IntCounterVec,
+    /// Tokens this replica may still spend now (the tighter of the minute and day budgets).
+    pub budget_remaining: Gauge,
+    /// This replica's share of the fleet's judge budget.
+    pub budget_share: Gauge,
     /// Sampled traces waiting for a judge.
     pub judge_queue_depth: IntGauge,
     /// Consumer lag by topic and partition, from librdkafka statistics.
@@ -243,6 +262,28 @@ impl Metrics {
                     0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                 ],
             ),
+            judge_tokens: counter(
+                &r,
+                "ragwatch_judge_tokens_total",
+                "Tokens spent by the judge, by direction.",
+                &["judge", "direction"],
+            ),
+            budget_remaining: {
+                let g = Gauge::new(
+                    "ragwatch_budget_remaining_tokens",
+                    "Judge tokens this replica may still spend now.",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            budget_share: {
+                let g = Gauge::new("ragwatch_budget_share_ratio", "This replica's share of the fleet's judge budget (its share of the partitions).").expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
             judge_queue_depth: {
                 let g = IntGauge::new(
                     "ragwatch_judge_queue_depth",
@@ -322,6 +363,13 @@ impl Metrics {
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
             .set(1);
+        m.budget_share.set(1.0);
+        for outcome in JUDGE_OUTCOMES {
+            m.judge_requests.with_label_values(&["llm", outcome]);
+        }
+        for direction in ["prompt", "completion"] {
+            m.judge_tokens.with_label_values(&["llm", direction]);
+        }
         for reason in RejectReason::ALL {
             m.traces_rejected.with_label_values(&[reason.as_str()]);
         }

@@ -134,6 +134,10 @@ pub fn judge_model(config: &Config) -> String {
         .to_owned();
     match config.judge.sampled {
         SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
+        SampledJudge::Llm => format!(
+            "offline-{version},{}",
+            crate::judge::llm::LlmJudge::model_id(&config.llm)
+        ),
     }
 }
 
@@ -215,9 +219,9 @@ impl Pipeline {
         let s = self.shared.stratifier.name(stratum).to_owned();
         m.traces_received.with_label_values(&[&s]).inc();
         self.shared.record(stratum, &verdict);
-        let decision = self
-            .sampler
-            .decide(stratum, &trace.trace_id, now_ms() / 1000);
+        let decision =
+            self.sampler
+                .decide(stratum, &trace.trace_id, now_ms() / 1000, verdict.uncertain);
         if !decision.sampled() {
             return Disposition::Done;
         }

@@ -4,6 +4,7 @@
 //! The offline judge runs inline on every trace; the sampled judge runs on the sample, off the ingest
 //! path, through a bounded queue (see [`crate::pipeline`]).
 
+pub mod llm;
 mod offline;
 mod pool;
 mod text;

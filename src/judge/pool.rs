@@ -12,7 +12,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{JudgeKind, OfflineJudge};
+use super::llm::{LlmError, LlmJudge};
+use super::{JudgeKind, OfflineJudge, Verdict};
 use crate::events;
 use crate::pipeline::{JudgeJob, Position, Shared};
 
@@ -21,12 +22,22 @@ use crate::pipeline::{JudgeJob, Position, Shared};
 pub enum PoolJudge {
     /// The offline judge, run again off the ingest path (exercises the queue without a network).
     Offline(OfflineJudge),
+    /// The LLM judge.
+    Llm(Arc<LlmJudge>),
 }
 
 impl PoolJudge {
     fn kind(&self) -> JudgeKind {
         match self {
             PoolJudge::Offline(_) => JudgeKind::Offline,
+            PoolJudge::Llm(_) => JudgeKind::Llm,
+        }
+    }
+
+    async fn judge(&self, trace: &crate::trace::Trace) -> Result<Verdict, LlmError> {
+        match self {
+            PoolJudge::Offline(j) => Ok(j.judge(trace)),
+            PoolJudge::Llm(j) => j.judge(trace).await,
         }
     }
 }
@@ -70,25 +81,42 @@ pub async fn run_pool(
             let kind = judge.kind().name();
             let verdict = tokio::select! {
                 _ = abandon.cancelled() => None,
-                v = async {
-                    match judge.as_ref() {
-                        PoolJudge::Offline(j) => Some(j.judge(&job.trace)),
-                    }
-                } => v,
+                v = judge.judge(&job.trace) => Some(v),
             };
             let m = &shared.metrics;
             m.judge_duration
                 .with_label_values(&[kind])
                 .observe(started.elapsed().as_secs_f64());
+            let Some(verdict) = verdict else {
+                // Abandoned at the grace deadline: not acked, so redelivered after a restart.
+                skip_shutdown(&shared, &job);
+                return;
+            };
             match verdict {
-                Some(v) => {
-                    m.judge_requests.with_label_values(&[kind, "ok"]).inc();
+                Ok(v) => {
+                    let outcome = if v.faithfulness.is_some() {
+                        "ok"
+                    } else {
+                        "no_claims"
+                    };
+                    m.judge_requests.with_label_values(&[kind, outcome]).inc();
                     shared.record(job.stratum, &v);
-                    if let (Some(tx), Some(p)) = (ack_tx, job.position) {
-                        let _ = tx.send(p);
-                    }
                 }
-                None => skip_shutdown(&shared, &job),
+                Err(e) => {
+                    m.judge_requests.with_label_values(&[kind, e.kind()]).inc();
+                    let reason = if matches!(e, LlmError::Budget) {
+                        "budget"
+                    } else {
+                        "judge_error"
+                    };
+                    let stratum = shared.stratifier.name(job.stratum);
+                    events::trace_skipped(&shared.metrics, stratum, reason, &job.trace.trace_id);
+                    tracing::debug!(error = %e, trace_id = %job.trace.trace_id, "judge failed");
+                }
+            }
+            // Judged or skipped with a reason: either way the trace is accounted for.
+            if let (Some(tx), Some(p)) = (ack_tx, job.position) {
+                let _ = tx.send(p);
             }
         });
     }

@@ -32,6 +32,7 @@ impl SamplerDecision {
 #[derive(Debug, Clone)]
 pub struct Sampler {
     thresholds: Vec<u64>,
+    boosted: Vec<u64>,
     min_per_window: u32,
     window_secs: u64,
     windows: Vec<(u64, u32)>,
@@ -44,22 +45,42 @@ impl Sampler {
             .iter()
             .map(|s| rate_threshold(*config.rates.get(s).unwrap_or(&config.default_rate)))
             .collect();
+        let boosted = strata
+            .iter()
+            .map(|s| {
+                let rate = *config.rates.get(s).unwrap_or(&config.default_rate);
+                rate_threshold(rate * config.uncertain_boost)
+            })
+            .collect();
         Self {
             thresholds,
+            boosted,
             min_per_window: config.min_per_window,
             window_secs: config.min_window_secs,
             windows: vec![(u64::MAX, 0); strata.len()],
         }
     }
 
-    /// Decides for one trace at time `now_secs`.
-    pub fn decide(&mut self, stratum: StratumId, trace_id: &str, now_secs: u64) -> SamplerDecision {
+    /// Decides for one trace at time `now_secs`. Traces the offline judge is `uncertain` about are
+    /// sampled at `uncertain_boost` times the rate (tiering); that flag is itself deterministic.
+    pub fn decide(
+        &mut self,
+        stratum: StratumId,
+        trace_id: &str,
+        now_secs: u64,
+        uncertain: bool,
+    ) -> SamplerDecision {
+        let threshold = if uncertain {
+            self.boosted[stratum]
+        } else {
+            self.thresholds[stratum]
+        };
         let window = now_secs / self.window_secs;
         let slot = &mut self.windows[stratum];
         if slot.0 != window {
             *slot = (window, 0);
         }
-        let decision = if hash_unit(trace_id) < self.thresholds[stratum] {
+        let decision = if hash_unit(trace_id) < threshold {
             SamplerDecision::Rate
         } else if slot.1 < self.min_per_window {
             SamplerDecision::Minimum
@@ -106,13 +127,17 @@ mod tests {
     #[test]
     fn minimum_per_window_then_rate() {
         let mut s = sampler(0.0, 3);
-        let got: Vec<_> = (0..5).map(|i| s.decide(0, &format!("t{i}"), 10)).collect();
+        let got: Vec<_> = (0..5)
+            .map(|i| s.decide(0, &format!("t{i}"), 10, false))
+            .collect();
         assert_eq!(got.iter().filter(|d| d.sampled()).count(), 3);
         assert_eq!(got[0], SamplerDecision::Minimum);
         // A new window restores the minimum.
-        assert!(s.decide(0, "t9", 70).sampled());
+        assert!(s.decide(0, "t9", 70, false).sampled());
         // Rate 1 samples everything.
-        assert!((0..100).all(|i| s.decide(1, &format!("x{i}"), 10) == SamplerDecision::Rate));
+        assert!(
+            (0..100).all(|i| s.decide(1, &format!("x{i}"), 10, false) == SamplerDecision::Rate)
+        );
     }
 
     #[test]
@@ -120,7 +145,7 @@ mod tests {
         let mut s = sampler(0.2, 0);
         let n = 20_000;
         let hits = (0..n)
-            .filter(|i| s.decide(0, &format!("trace-{i}"), 0).sampled())
+            .filter(|i| s.decide(0, &format!("trace-{i}"), 0, false).sampled())
             .count();
         let share = hits as f64 / n as f64;
         assert!((share - 0.2).abs() < 0.015, "{share}");
@@ -132,8 +157,8 @@ mod tests {
             let mut a = sampler(rate, 0);
             let mut b = sampler(rate, 0);
             // b has seen other traffic first; with no minimum that must not matter.
-            for i in 0..10 { b.decide(0, &format!("noise{i}"), 5); }
-            prop_assert_eq!(a.decide(0, &id, 0), b.decide(0, &id, 1000));
+            for i in 0..10 { b.decide(0, &format!("noise{i}"), 5, false); }
+            prop_assert_eq!(a.decide(0, &id, 0, false), b.decide(0, &id, 1000, false));
         }
 
         #[test]
@@ -141,7 +166,9 @@ mod tests {
             let hi = (lo + extra).min(1.0);
             let mut a = sampler(lo, 0);
             let mut b = sampler(hi, 0);
-            if a.decide(0, &id, 0).sampled() { prop_assert!(b.decide(0, &id, 0).sampled()); }
+            if a.decide(0, &id, 0, false).sampled() { prop_assert!(b.decide(0, &id, 0, false).sampled()); }
+            // An uncertain trace is sampled whenever a certain one with the same id is.
+            if a.decide(0, &id, 0, false).sampled() { prop_assert!(a.decide(0, &id, 0, true).sampled()); }
         }
     }
 }

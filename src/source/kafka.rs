@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
@@ -29,6 +30,7 @@ use super::SourceError;
 use super::offsets::OffsetTracker;
 use crate::config::KafkaConfig;
 use crate::events::LogLimiter;
+use crate::judge::llm::Budget;
 use crate::metrics::Metrics;
 use crate::pipeline::{Disposition, Pipeline, Position};
 
@@ -45,6 +47,39 @@ enum Assignment {
 struct SourceContext {
     metrics: Arc<Metrics>,
     assignment_tx: mpsc::UnboundedSender<Assignment>,
+    topics: Vec<String>,
+    budget: Option<Arc<Budget>>,
+}
+
+impl SourceContext {
+    /// The judge budget is for the fleet: this replica spends the share of partitions it holds.
+    fn update_share(&self, consumer: &BaseConsumer<Self>, held: usize) {
+        let mut total = 0usize;
+        for topic in &self.topics {
+            match consumer.fetch_metadata(Some(topic), Duration::from_secs(2)) {
+                Ok(md) => {
+                    total += md
+                        .topics()
+                        .iter()
+                        .map(|t| t.partitions().len())
+                        .sum::<usize>()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, topic, "cannot read partition count; keeping budget share");
+                    return;
+                }
+            }
+        }
+        if total == 0 {
+            return;
+        }
+        let share = held as f64 / total as f64;
+        self.metrics.budget_share.set(share);
+        if let Some(b) = &self.budget {
+            b.set_share(share);
+        }
+        tracing::info!(held, total, share, "judge budget share");
+    }
 }
 
 fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
@@ -116,6 +151,7 @@ impl ConsumerContext for SourceContext {
         }
         let held = consumer.assignment().map(|a| a.count()).unwrap_or(0);
         self.metrics.kafka_partitions.set(held as i64);
+        self.update_share(consumer, held);
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
@@ -165,12 +201,15 @@ pub async fn run_kafka_source(
     pipeline: &mut Pipeline,
     metrics: Arc<Metrics>,
     mut ack_rx: mpsc::UnboundedReceiver<Position>,
+    budget: Option<Arc<Budget>>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
     let (assignment_tx, mut assignment_rx) = mpsc::unbounded_channel();
     let context = SourceContext {
         metrics: Arc::clone(&metrics),
         assignment_tx,
+        topics: config.topics.clone(),
+        budget,
     };
     let consumer: StreamConsumer<SourceContext> = client_config(config, env)
         .create_with_context(context)

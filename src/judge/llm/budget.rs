@@ -79,7 +79,9 @@ struct State<C: Clock> {
 
 impl<C: Clock> std::fmt::Debug for Budget<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Budget").field("config", &self.config).finish()
+        f.debug_struct("Budget")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -93,7 +95,7 @@ impl Budget<DefaultClock> {
     }
 }
 
-impl<C: Clock> Budget<C> {
+impl<C: Clock + Clone> Budget<C> {
     /// A budget on `clock`.
     pub fn with_clock(config: &BudgetConfig, clock: C) -> Self {
         let start = clock.now();
@@ -117,7 +119,11 @@ impl<C: Clock> Budget<C> {
 
     /// Sets this replica's share of the fleet's budget (assigned partitions / all partitions).
     pub fn set_share(&self, share: f64) {
-        let share = if share.is_finite() { share.clamp(0.0, 1.0) } else { 1.0 };
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if (s.share - share).abs() < 1e-9 {
@@ -125,8 +131,10 @@ impl<C: Clock> Budget<C> {
         }
         s.share = share;
         s.requests = limiter(self.config.requests_per_minute, share, self.clock.clone());
-        s.minute.rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
-        s.day.rescale(self.config.tokens_per_day as f64 * share, DAY, now);
+        s.minute
+            .rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
+        s.day
+            .rescale(self.config.tokens_per_day as f64 * share, DAY, now);
     }
 
     /// This replica's share.
@@ -175,7 +183,7 @@ impl<C: Clock> Budget<C> {
     }
 }
 
-fn limiter<C: Clock>(per_minute: u32, share: f64, clock: C) -> Option<Limiter<C>> {
+fn limiter<C: Clock + Clone>(per_minute: u32, share: f64, clock: C) -> Option<Limiter<C>> {
     let n = (per_minute as f64 * share).floor() as u32;
     let n = std::num::NonZeroU32::new(n)?;
     Some(RateLimiter::direct_with_clock(Quota::per_minute(n), clock))
@@ -202,7 +210,10 @@ mod tests {
         while let Some(c) = b.try_charge(300) {
             spent += c.tokens;
         }
-        assert_eq!(spent, 900, "three calls of 300 fit in 1000, a fourth would not");
+        assert_eq!(
+            spent, 900,
+            "three calls of 300 fit in 1000, a fourth would not"
+        );
         clock.advance(Duration::from_secs(30));
         assert!(b.try_charge(300).is_some(), "half a minute refills 500");
     }
@@ -253,7 +264,9 @@ mod tests {
         let mut used = 0u64;
         let mut x = 12345u64;
         for _ in 0..20_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let estimate = 100 + (x >> 33) % 900;
             if let Some(c) = b.try_charge(estimate) {
                 let actual = estimate * ((x >> 20) % 100) / 100;

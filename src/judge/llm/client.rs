@@ -3,12 +3,11 @@
 //! honour `Retry-After`, and a deadline per trace. Errors know their retry policy and their bounded
 //! metric label.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::config::LlmConfig;
@@ -199,7 +198,11 @@ impl LlmClient {
     }
 
     /// Embeddings of `inputs`, in input order.
-    pub async fn embed(&self, inputs: &[&str], deadline: Instant) -> Result<(Vec<Vec<f64>>, Usage), LlmError> {
+    pub async fn embed(
+        &self,
+        inputs: &[&str],
+        deadline: Instant,
+    ) -> Result<(Vec<Vec<f64>>, Usage), LlmError> {
         let body = json!({"model": self.config.embedding_model, "input": inputs});
         let mut raw: EmbeddingResponse = self.post("embeddings", &body, deadline).await?;
         if raw.data.len() != inputs.len() {
@@ -210,7 +213,10 @@ impl LlmClient {
             )));
         }
         raw.data.sort_by_key(|d| d.index);
-        Ok((raw.data.into_iter().map(|d| d.embedding).collect(), raw.usage))
+        Ok((
+            raw.data.into_iter().map(|d| d.embedding).collect(),
+            raw.usage,
+        ))
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -234,7 +240,12 @@ impl LlmClient {
             if !err.is_retryable() || attempt >= self.config.max_attempts {
                 return Err(err);
             }
-            let wait = backoff(attempt, self.config.backoff_base_ms, self.config.backoff_max_ms, err.retry_after());
+            let wait = backoff(
+                attempt,
+                self.config.backoff_base_ms,
+                self.config.backoff_max_ms,
+                err.retry_after(),
+            );
             if Instant::now() + wait >= deadline {
                 return Err(err);
             }
@@ -290,9 +301,6 @@ pub fn backoff(attempt: u32, base_ms: u64, max_ms: u64, retry_after: Option<Dura
     retry_after.map_or(jitter, |r| r.max(jitter))
 }
 
-/// Extra query parameters and headers are plain maps in the config.
-pub type StringMap = BTreeMap<String, String>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,7 +319,10 @@ mod tests {
         assert!(LlmError::Http(503).is_retryable());
         assert!(!LlmError::Http(400).is_retryable());
         assert!(!LlmError::Parse("x".into()).is_retryable());
-        assert_eq!(LlmError::RateLimited { retry_after: None }.kind(), "rate_limited");
+        assert_eq!(
+            LlmError::RateLimited { retry_after: None }.kind(),
+            "rate_limited"
+        );
         assert_eq!(LlmError::Budget.kind(), "budget_exhausted");
     }
 }
