@@ -137,12 +137,6 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            if let JudgeArg::Llm = judge {
-                eprintln!(
-                    "ragwatch: the llm judge is not available in this build; use --judge offline"
-                );
-                return ExitCode::from(2);
-            }
             runtime.block_on(async move {
                 let mut out: Box<dyn std::io::Write> = match &output {
                     Some(path) => match std::fs::File::create(path) {
@@ -154,8 +148,22 @@ fn main() -> ExitCode {
                     },
                     None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
                 };
+                let llm = match judge {
+                    JudgeArg::Offline => None,
+                    JudgeArg::Llm => {
+                        let metrics =
+                            std::sync::Arc::new(ragwatch::metrics::Metrics::new(&[], "replay"));
+                        match ragwatch::judge::llm::LlmJudge::try_new(&config, &env, metrics) {
+                            Ok(j) => Some(j),
+                            Err(e) => {
+                                eprintln!("ragwatch: {e}");
+                                return ExitCode::from(2);
+                            }
+                        }
+                    }
+                };
                 let started = std::time::Instant::now();
-                match ragwatch::replay::replay(&config, &files, &mut out).await {
+                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &mut out).await {
                     Ok(summary) => {
                         let secs = started.elapsed().as_secs_f64();
                         eprint!("{}", summary.table());

@@ -57,8 +57,10 @@ pub struct Evaluation {
     pub trace: Result<Trace, DecodeError>,
     /// Its stratum (when decoded).
     pub stratum: StratumId,
-    /// The offline verdict (when decoded).
+    /// The verdict (when decoded and judged).
     pub verdict: Option<Verdict>,
+    /// Why a decoded trace has no verdict (a judge failure's outcome label).
+    pub skipped: Option<&'static str>,
 }
 
 /// Shared state the pipeline writes and the evaluator and sampled judge read.
@@ -186,12 +188,14 @@ impl Pipeline {
                     trace: Ok(trace),
                     stratum,
                     verdict: Some(verdict),
+                    skipped: None,
                 }
             }
             Err(e) => Evaluation {
                 trace: Err(e),
                 stratum: 0,
                 verdict: None,
+                skipped: None,
             },
         }
     }
@@ -204,6 +208,7 @@ impl Pipeline {
             trace,
             stratum,
             verdict,
+            ..
         } = self.evaluate(bytes);
         let trace = match trace {
             Ok(t) => t,

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufRead, BufReader};
 use crate::config::Config;
 use crate::eval::{Confusion, auroc};
 use crate::judge::Verdict;
+use crate::judge::llm::LlmJudge;
 use crate::pipeline::{Evaluation, Pipeline, Shared};
 use crate::source::read_line_bounded;
 
@@ -47,6 +48,8 @@ pub struct StratumSummary {
     pub traces: u64,
     /// Traces with a faithfulness score.
     pub scored: u64,
+    /// Traces the judge failed on (counted by reason in the verdict records).
+    pub skipped: u64,
     /// Traces whose answer made no claims.
     pub no_claims: u64,
     /// Refusals.
@@ -76,9 +79,12 @@ pub struct Summary {
 }
 
 /// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
+/// With `llm`, each decoded trace is judged by the LLM judge instead (at most `judge.workers` at a
+/// time, output in input order); a judge failure is a `skipped` record with the outcome as reason.
 pub async fn replay(
     config: &Config,
     files: &[PathBuf],
+    llm: Option<&LlmJudge>,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
@@ -100,6 +106,7 @@ pub async fn replay(
         bar
     });
     let mut buf = Vec::with_capacity(8192);
+    let mut batch: Vec<(Evaluation, u64)> = Vec::new();
     let keep = config.decode.max_message_bytes.saturating_add(1);
     for file in files {
         let mut reader: Box<dyn AsyncBufRead + Unpin> = if file.as_os_str() == "-" {
@@ -121,6 +128,23 @@ pub async fn replay(
             }
             summary.lines += 1;
             let eval = pipeline.evaluate(&buf);
+            match llm {
+                None => write_record(&mut summary, &shared, &eval, line, threshold, out)?,
+                Some(judge) => {
+                    batch.push((eval, line));
+                    if batch.len() >= config.judge.workers {
+                        judge_batch(judge, &mut batch).await;
+                        for (eval, line) in batch.drain(..) {
+                            write_record(&mut summary, &shared, &eval, line, threshold, out)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(judge) = llm {
+        judge_batch(judge, &mut batch).await;
+        for (eval, line) in batch.drain(..) {
             write_record(&mut summary, &shared, &eval, line, threshold, out)?;
         }
     }
@@ -129,6 +153,26 @@ pub async fn replay(
     }
     out.flush()?;
     Ok(summary)
+}
+
+async fn judge_batch(judge: &LlmJudge, batch: &mut [(Evaluation, u64)]) {
+    let results = futures::future::join_all(batch.iter().map(|(eval, _)| async move {
+        match &eval.trace {
+            Ok(t) => Some(judge.judge(t).await),
+            Err(_) => None,
+        }
+    }))
+    .await;
+    for ((eval, _), result) in batch.iter_mut().zip(results) {
+        match result {
+            Some(Ok(v)) => eval.verdict = Some(v),
+            Some(Err(e)) => {
+                eval.verdict = None;
+                eval.skipped = Some(e.kind());
+            }
+            None => {}
+        }
+    }
 }
 
 fn write_record(
@@ -155,11 +199,26 @@ fn write_record(
                 details: None,
             }
         }
+        Ok(trace) if eval.verdict.is_none() => {
+            let stratum = shared.stratifier.name(eval.stratum);
+            let s = summary.strata.entry(stratum.to_owned()).or_default();
+            s.traces += 1;
+            s.skipped += 1;
+            VerdictRecord {
+                trace_id: Some(&trace.trace_id),
+                stratum: Some(stratum),
+                faithfulness: None,
+                answer_relevancy: None,
+                judge: "llm",
+                status: "skipped",
+                reason: eval.skipped,
+                line,
+                label_faithful: trace.label_faithful,
+                details: None,
+            }
+        }
         Ok(trace) => {
-            let verdict = eval
-                .verdict
-                .as_ref()
-                .expect("decoded traces have a verdict");
+            let verdict = eval.verdict.as_ref().expect("checked by the arm above");
             let stratum = shared.stratifier.name(eval.stratum);
             let s = summary.strata.entry(stratum.to_owned()).or_default();
             s.traces += 1;
@@ -210,10 +269,11 @@ impl Summary {
     pub fn table(&self) -> String {
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
         let mut t = format!(
-            "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+            "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
             "stratum",
             "traces",
             "scored",
+            "skipped",
             "no_claims",
             "refusals",
             "faithful",
@@ -225,10 +285,11 @@ impl Summary {
         for (name, s) in &self.strata {
             let (scores, labels): (Vec<f64>, Vec<bool>) = s.labelled.iter().copied().unzip();
             t.push_str(&format!(
-                "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+                "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
                 name,
                 s.traces,
                 s.scored,
+                s.skipped,
                 s.no_claims,
                 s.refusals,
                 fmt((s.scored > 0).then(|| s.faithfulness_sum / s.scored as f64)),

@@ -378,3 +378,4 @@ pub fn promtool_check_metrics(text: &str) -> Result<(), String> {
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), rand::random::<u32>())
 }
+pub mod openai;

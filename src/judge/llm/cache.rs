@@ -10,12 +10,15 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::judge::Verdict;
 use crate::trace::Trace;
 
+/// Entries by key, and keys in insertion order for eviction.
+type Entries = (HashMap<u128, (Instant, Verdict)>, VecDeque<u128>);
+
 /// The cache.
 #[derive(Debug)]
 pub struct VerdictCache {
     ttl: Duration,
     capacity: usize,
-    inner: Mutex<(HashMap<u128, (Instant, Verdict)>, VecDeque<u128>)>,
+    inner: Mutex<Entries>,
 }
 
 impl VerdictCache {

@@ -39,6 +39,13 @@ struct CallLog {
     calls: u32,
 }
 
+/// What the calls for one trace established.
+struct Judgement {
+    claims: Vec<JudgedClaim>,
+    relevancy: Option<f64>,
+    questions: Vec<prompt::GeneratedQuestion>,
+}
+
 /// The LLM judge.
 #[derive(Debug)]
 pub struct LlmJudge {
@@ -159,8 +166,11 @@ impl LlmJudge {
             })
         };
         match result {
-            Ok((faith, relevancy)) => {
-                let (claims, questions) = (faith.0, relevancy.1);
+            Ok(Judgement {
+                claims,
+                relevancy,
+                questions,
+            }) => {
                 let supported = claims
                     .iter()
                     .filter(|c| c.verdict == ClaimVerdict::Supported)
@@ -175,7 +185,7 @@ impl LlmJudge {
                 let verdict = Verdict {
                     judge: JudgeKind::Llm,
                     faithfulness,
-                    answer_relevancy: if refusal { Some(0.0) } else { relevancy.0 },
+                    answer_relevancy: if refusal { Some(0.0) } else { relevancy },
                     refusal,
                     uncertain: false,
                     citations: Citations::default(),
@@ -213,19 +223,12 @@ impl LlmJudge {
         }
     }
 
-    #[allow(clippy::type_complexity)]
     async fn judge_uncached(
         &self,
         trace: &Trace,
         deadline: tokio::time::Instant,
         log: &mut CallLog,
-    ) -> Result<
-        (
-            (Vec<JudgedClaim>,),
-            (Option<f64>, Vec<prompt::GeneratedQuestion>),
-        ),
-        LlmError,
-    > {
+    ) -> Result<Judgement, LlmError> {
         let claims = match self.config.faithfulness_mode {
             FaithfulnessMode::OneCall => {
                 let out: FaithfulnessOutput = self
@@ -318,7 +321,11 @@ impl LlmJudge {
             let cosines: Vec<f64> = vectors[1..].iter().map(|g| cosine(q, g)).collect();
             clean_score(cosines.iter().sum::<f64>() / cosines.len() as f64)
         };
-        Ok(((claims,), (score, questions)))
+        Ok(Judgement {
+            claims,
+            relevancy: score,
+            questions,
+        })
     }
 
     /// One chat call under the budget: charge an upper-bound estimate, call, reconcile with the

@@ -1,0 +1,257 @@
+//! The LLM judge against a real HTTP server on loopback that speaks the OpenAI API
+//! (tests/common/openai.rs): correct scores on known cases, 429 with Retry-After, 500s, timeouts,
+//! malformed and truncated output, the budget never exceeded at the server, and one end-to-end run
+//! through `ragwatch run` with the Kafka source.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::openai::{FakeOpenAi, Fault};
+use common::*;
+use serde_json::{Value, json};
+
+const CTX: &str = "The museum opens at 9 and closes at 5. Entry is free for children.";
+
+fn trace(id: &str, answer: &str) -> String {
+    json!({"trace_id": id, "query": "When does the museum open?", "contexts": [CTX], "answer": answer, "stratum": "head"}).to_string()
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    records: PathBuf,
+}
+
+fn setup(server: &FakeOpenAi, extra: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let config = dir.path().join("ragwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[judge]\nsampled = \"llm\"\nworkers = 2\n[llm]\nbase_url = \"{}\"\nchat_model = \"judge-2026-01-01\"\nembedding_model = \"embed-1\"\n{}backoff_base_ms = 20\nrecords_path = \"{}\"\n{extra}\n",
+            server.base_url(),
+            if extra.contains("timeout") { "" } else { "request_timeout_ms = 2000\ntrace_deadline_ms = 10000\n" },
+            records.display()
+        ),
+    )
+    .unwrap();
+    Setup {
+        dir,
+        config,
+        records,
+    }
+}
+
+/// Runs `ragwatch replay --judge llm` on `lines`; returns the verdict records by trace id.
+fn replay(setup: &Setup, lines: &[String]) -> (Vec<Value>, String) {
+    let input = setup.dir.path().join("in.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .args(["replay", "--judge", "llm", "--config"])
+            .arg(&setup.config)
+            .arg(&input)
+            .env("RAGWATCH_LLM_API_KEY", "sk-test-secret"),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    (
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn by_id<'a>(records: &'a [Value], id: &str) -> &'a Value {
+    records.iter().find(|r| r["trace_id"] == id).unwrap()
+}
+
+fn known_cases() -> Vec<String> {
+    vec![
+        trace("all", "The museum opens at 9. The museum closes at 5."),
+        trace(
+            "half",
+            "The museum opens at 9. The museum sells delicious sandwiches daily.",
+        ),
+        trace("contra", "The museum opens at 10 every day."),
+        trace("refusal", "I'm sorry, the documents do not contain that."),
+        trace("empty", "Yes."),
+    ]
+}
+
+#[test]
+fn known_cases_score_correctly_in_both_forms_and_records_keep_raw_output() {
+    let server = FakeOpenAi::start();
+    let mut tokens = Vec::new();
+    for mode in ["one_call", "two_call"] {
+        let s = setup(&server, &format!("faithfulness_mode = \"{mode}\""));
+        let before = server.tokens_billed();
+        let (records, _) = replay(&s, &known_cases());
+        tokens.push((mode, (server.tokens_billed() - before) as f64 / 5.0));
+        assert_eq!(by_id(&records, "all")["faithfulness"], 1.0, "{mode}");
+        assert_eq!(by_id(&records, "half")["faithfulness"], 0.5, "{mode}");
+        let contra = by_id(&records, "contra");
+        assert_eq!(contra["faithfulness"], 0.0);
+        assert_eq!(contra["details"]["details"]["contradicted"], 1);
+        let refusal = by_id(&records, "refusal");
+        assert_eq!(refusal["answer_relevancy"], 0.0);
+        assert_eq!(refusal["details"]["refusal"], true);
+        let empty = by_id(&records, "empty");
+        assert_eq!(empty["status"], "no_claims");
+        assert!(empty["faithfulness"].is_null(), "no claims is not a score");
+        // Relevancy: an on-topic answer scores above an off-topic one.
+        assert!(by_id(&records, "all")["answer_relevancy"].as_f64().unwrap() > 0.3);
+        // Verdict records: raw outputs, usage, model; never the key.
+        let rec = std::fs::read_to_string(&s.records).unwrap();
+        assert!(rec.contains("\"raw\"") && rec.contains("judge-2026-01-01+embed-1@rw-1"));
+        assert!(!rec.contains("sk-test-secret"));
+    }
+    assert_eq!(
+        server.state.last_auth.lock().unwrap().as_deref(),
+        Some("Bearer sk-test-secret")
+    );
+    eprintln!("tokens per judged trace (server-billed): {tokens:?}");
+    assert!(
+        tokens[0].1 < tokens[1].1,
+        "one call is cheaper than two: {tokens:?}"
+    );
+}
+
+#[test]
+fn retries_429_with_retry_after_and_500s() {
+    let server = FakeOpenAi::start();
+    let s = setup(&server, "");
+    server.script([
+        Fault::RateLimited {
+            retry_after_secs: 1,
+        },
+        Fault::ServerError,
+    ]);
+    let started = Instant::now();
+    let (records, _) = replay(&s, &[trace("a", "The museum opens at 9.")]);
+    assert_eq!(records[0]["faithfulness"], 1.0);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After honoured"
+    );
+    assert_eq!(
+        server.chat_requests(),
+        2 + 2,
+        "two faulty attempts, then faithfulness and relevancy"
+    );
+}
+
+#[test]
+fn failures_are_counted_by_reason_never_scored() {
+    let server = FakeOpenAi::start();
+    // Malformed JSON: parse_error. Truncated twice: truncated. Truncated once: retried larger, ok.
+    let s = setup(&server, "max_attempts = 2\nmax_output_tokens = 100");
+    server.script([Fault::Malformed]);
+    let (r, _) = replay(&s, &[trace("m", "The museum opens at 9.")]);
+    assert_eq!(
+        (r[0]["status"].as_str(), r[0]["reason"].as_str()),
+        (Some("skipped"), Some("parse_error"))
+    );
+    server.script([Fault::Truncated, Fault::Truncated]);
+    let (r, _) = replay(&s, &[trace("t2", "The museum opens at 9.")]);
+    assert_eq!(r[0]["reason"], "truncated");
+    server.state.max_tokens_seen.lock().unwrap().clear();
+    server.script([Fault::Truncated]);
+    let (r, _) = replay(&s, &[trace("t1", "The museum opens at 9.")]);
+    assert_eq!(r[0]["faithfulness"], 1.0);
+    assert_eq!(
+        server.state.max_tokens_seen.lock().unwrap()[..2],
+        [100, 200]
+    );
+    // 500 on every attempt: http_error. A server slower than the timeout: timeout, and no hang.
+    server.set_always(Some(Fault::ServerError));
+    let (r, _) = replay(&s, &[trace("e", "The museum opens at 9.")]);
+    assert_eq!(r[0]["reason"], "http_error");
+    server.set_always(Some(Fault::Delay(Duration::from_secs(5))));
+    let s = setup(
+        &server,
+        "max_attempts = 2\nrequest_timeout_ms = 200\ntrace_deadline_ms = 1000",
+    );
+    let started = Instant::now();
+    let (r, _) = replay(&s, &[trace("slow", "The museum opens at 9.")]);
+    assert_eq!(r[0]["reason"], "timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the trace deadline bounds the wait"
+    );
+    server.set_always(None);
+}
+
+#[test]
+fn budget_is_never_exceeded_at_the_server() {
+    let server = FakeOpenAi::start();
+    let s = setup(
+        &server,
+        "[budget]\ntokens_per_minute = 3000\nrequests_per_minute = 1000\ntokens_per_day = 1000000",
+    );
+    let lines: Vec<String> = (0..40)
+        .map(|i| {
+            trace(
+                &format!("b{i}"),
+                &format!("The museum opens at 9. Entry is free for {i} children."),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let (records, _) = replay(&s, &lines);
+    let elapsed_min = started.elapsed().as_secs_f64() / 60.0;
+    let judged = records.iter().filter(|r| r["status"] == "judged").count();
+    let budget = records
+        .iter()
+        .filter(|r| r["reason"] == "budget_exhausted")
+        .count();
+    assert!(
+        judged > 0 && budget > 0,
+        "judged {judged}, over budget {budget}"
+    );
+    assert_eq!(judged + budget, 40, "every trace accounted for");
+    let allowed = 3000.0 * (1.0 + elapsed_min);
+    assert!(
+        (server.tokens_billed() as f64) <= allowed,
+        "billed {} > allowed {allowed}",
+        server.tokens_billed()
+    );
+}
+
+#[test]
+fn run_with_kafka_and_the_llm_judge_end_to_end() {
+    let server = FakeOpenAi::start();
+    let broker = Broker::start();
+    let topic = unique("llm");
+    broker.create_topic(&topic, 2);
+    produce(&broker.brokers(), &topic, &gen_traces(60, &["--seed", "8"]));
+    let s = setup(&server, "");
+    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
+    env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "1.0".into()));
+    env.push(("RAGWATCH_LLM_API_KEY", "sk-test-secret".into()));
+    let mut rw = Ragwatch::start(Path::new(&s.config), &env);
+    let m = wait_for("llm verdicts", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        let done = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
+        (done >= 60.0).then_some(m)
+    });
+    assert!(m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "llm")]) > 0.0);
+    assert!(m.sum("ragwatch_judge_tokens_total", &[("judge", "llm")]) > 0.0);
+    assert_eq!(
+        m.sum("ragwatch_budget_share_ratio", &[]),
+        1.0,
+        "one replica holds every partition"
+    );
+    let text = rw.scrape().unwrap();
+    assert!(!text.contains("NaN"), "no NaN on /metrics");
+    promtool_check_metrics(&text).unwrap();
+    rw.sigterm();
+    assert!(rw.wait_exit(Duration::from_secs(30)).success());
+    assert!(!rw.log_text().contains("sk-test-secret"));
+}
