@@ -20,6 +20,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Kubernetes schema validation for deploy/ (and PyYAML, which it brings).
+if ! command -v kubernetes-validate >/dev/null; then
+  echo "installing kubernetes-validate (PyPI)"
+  python3 -m pip install -q kubernetes-validate
+fi
+# kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
+command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
+
 # tansu, a Kafka-protocol broker, built once and cached in ~/.cargo/bin (about ten minutes).
 if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
   echo "installing tansu (Kafka-protocol broker for the integration tests; ~10 minutes, once)"
