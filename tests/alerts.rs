@@ -48,10 +48,10 @@ fn webhook() -> (u16, Arc<Mutex<Vec<Value>>>) {
                 }
             }
             let mut body = vec![0; len];
-            if reader.read_exact(&mut body).is_ok() {
-                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                    store.lock().unwrap().push(v);
-                }
+            if reader.read_exact(&mut body).is_ok()
+                && let Ok(v) = serde_json::from_slice::<Value>(&body)
+            {
+                store.lock().unwrap().push(v);
             }
             let mut s = stream;
             let _ =
