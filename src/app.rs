@@ -31,6 +31,9 @@ pub enum RunError {
     /// The source failed.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The canary file could not be read.
+    #[error("canaries {0}: {1}")]
+    Canaries(String, String),
     /// The LLM judge could not be set up.
     #[error("llm judge: {0}")]
     Judge(#[from] crate::judge::llm::LlmSetupError),
@@ -69,10 +72,25 @@ pub async fn run(
         SampledJudge::None => None,
         SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
         SampledJudge::Llm => {
-            let judge = LlmJudge::try_new(&config, &env, Arc::clone(&shared.metrics))?;
+            let judge = Arc::new(LlmJudge::try_new(
+                &config,
+                &env,
+                Arc::clone(&shared.metrics),
+            )?);
             budget = Some(Arc::clone(judge.budget()));
             judges.push(JudgeKind::Llm);
-            Some(PoolJudge::Llm(Arc::new(judge)))
+            if let Some(path) = &config.llm.canary_path {
+                let canaries = load_canaries(path, &config)?;
+                tokio::spawn(crate::judge::llm::run_canaries(
+                    Arc::clone(&judge),
+                    canaries,
+                    config.judge.faithful_threshold,
+                    Duration::from_secs(config.llm.canary_interval_secs),
+                    Arc::clone(&shared.metrics),
+                    stop.clone(),
+                ));
+            }
+            Some(PoolJudge::Llm(judge))
         }
     };
     let (jobs_tx, pool) = match pool_judge {
@@ -156,4 +174,30 @@ pub async fn run(
     let _ = server.await;
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)
+}
+
+/// Reads the canary traces; every one must decode and carry `label_faithful`.
+fn load_canaries(
+    path: &std::path::Path,
+    config: &Config,
+) -> Result<Vec<crate::trace::Trace>, RunError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RunError::Canaries(shown.clone(), e.to_string()))?;
+    let decoder = crate::trace::Decoder::new(&config.decode);
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| match decoder.decode(l.as_bytes()) {
+            Ok(t) if t.label_faithful.is_some() => Ok(t),
+            Ok(_) => Err(RunError::Canaries(
+                shown.clone(),
+                format!("line {} has no label_faithful", i + 1),
+            )),
+            Err(e) => Err(RunError::Canaries(
+                shown.clone(),
+                format!("line {}: {e}", i + 1),
+            )),
+        })
+        .collect()
 }

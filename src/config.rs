@@ -333,6 +333,13 @@ pub struct LlmConfig {
     /// Append a verdict record (claims, raw outputs, usage, latency) per judged trace to this file.
     #[serde(default)]
     pub records_path: Option<PathBuf>,
+    /// Canaries: JSONL traces with `label_faithful`, judged every `canary_interval_secs` (under the
+    /// budget); `ragwatch_judge_canary_agreement_ratio` shows when the judge changes under you.
+    #[serde(default)]
+    pub canary_path: Option<PathBuf>,
+    /// How often the canaries are judged.
+    #[serde(default = "default_canary_interval_secs")]
+    pub canary_interval_secs: u64,
 }
 
 /// The LLM judge's budget, for the whole fleet; each replica spends its share.
@@ -597,6 +604,9 @@ fn default_cache_ttl_secs() -> u64 {
 fn default_cache_capacity() -> usize {
     10_000
 }
+fn default_canary_interval_secs() -> u64 {
+    3600
+}
 fn default_rpm() -> u32 {
     60
 }
@@ -858,6 +868,9 @@ impl Config {
                 "llm.max_attempts",
                 "max_attempts, max_output_tokens and trace_deadline_ms must be > 0".into(),
             ));
+        }
+        if llm.canary_interval_secs == 0 {
+            return Err(invalid("llm.canary_interval_secs", "must be > 0".into()));
         }
         if !(0.0..=2.0).contains(&llm.temperature) {
             return Err(invalid("llm.temperature", "must be in [0, 2]".into()));

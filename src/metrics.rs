@@ -82,6 +82,8 @@ pub struct Metrics {
     pub budget_remaining: Gauge,
     /// This replica's share of the fleet's judge budget.
     pub budget_share: Gauge,
+    /// Share of canary traces on which the judge agrees with the label, at the last canary run.
+    pub canary_agreement: Gauge,
     /// Sampled traces waiting for a judge.
     pub judge_queue_depth: IntGauge,
     /// Consumer lag by topic and partition, from librdkafka statistics.
@@ -280,6 +282,12 @@ impl Metrics {
             },
             budget_share: {
                 let g = Gauge::new("ragwatch_budget_share_ratio", "This replica's share of the fleet's judge budget (its share of the partitions).").expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric names are unique");
+                g
+            },
+            canary_agreement: {
+                let g = Gauge::new("ragwatch_judge_canary_agreement_ratio", "Share of canary traces on which the LLM judge agrees with their label, at the last run.").expect("valid metric definition");
                 r.register(Box::new(g.clone()))
                     .expect("metric names are unique");
                 g

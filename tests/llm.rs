@@ -231,7 +231,32 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     let topic = unique("llm");
     broker.create_topic(&topic, 2);
     produce(&broker.brokers(), &topic, &gen_traces(60, &["--seed", "8"]));
-    let s = setup(&server, "");
+    // Canaries: two labelled right, one mislabelled, so the judge agrees on two of three.
+    let canary_dir = tempfile::tempdir().unwrap();
+    let canaries = canary_dir.path().join("canaries.jsonl");
+    let labelled = |id: &str, answer: &str, label: bool| {
+        let mut v: Value = serde_json::from_str(&trace(id, answer)).unwrap();
+        v["label_faithful"] = json!(label);
+        v.to_string()
+    };
+    std::fs::write(
+        &canaries,
+        [
+            labelled("c1", "The museum opens at 9 every morning.", true),
+            labelled(
+                "c2",
+                "The museum sells sandwiches and souvenirs daily.",
+                false,
+            ),
+            labelled("c3", "The museum closes at 5 every evening.", false),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let s = setup(
+        &server,
+        &format!("canary_path = \"{}\"", canaries.display()),
+    );
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
     env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "1.0".into()));
     env.push(("RAGWATCH_LLM_API_KEY", "sk-test-secret".into()));
@@ -254,4 +279,53 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     rw.sigterm();
     assert!(rw.wait_exit(Duration::from_secs(30)).success());
     assert!(!rw.log_text().contains("sk-test-secret"));
+}
+
+/// Measures (and prints, for the README) tokens per judged trace for both faithfulness forms and
+/// ragwatch's own CPU time per judged trace outside the API, on 200 generated ~2 KB traces. Asserts
+/// only what must hold: every trace judged, and one call cheaper than two.
+#[test]
+fn cost_per_judged_trace_for_both_forms() {
+    let server = FakeOpenAi::start();
+    let mut figures = Vec::new();
+    for mode in ["one_call", "two_call"] {
+        let s = setup(
+            &server,
+            &format!(
+                "faithfulness_mode = \"{mode}\"\ncache_capacity = 0\n[budget]\nrequests_per_minute = 1000000\ntokens_per_minute = 1000000000\ntokens_per_day = 10000000000"
+            ),
+        );
+        let input = s.dir.path().join("in.jsonl");
+        let lines: Vec<String> = gen_traces(200, &["--seed", "31", "--pad", "1500"])
+            .into_iter()
+            .map(|(_, l)| String::from_utf8(l).unwrap())
+            .collect();
+        std::fs::write(&input, lines.join("\n")).unwrap();
+        let before = server.tokens_billed();
+        let out = run_ok(
+            Command::new("python3")
+                .args(["-c", "import resource,subprocess,sys\nsubprocess.run(sys.argv[1:],check=True,stdout=open(sys.argv[-1]+'.out','w'),stderr=subprocess.DEVNULL)\nr=resource.getrusage(resource.RUSAGE_CHILDREN)\nprint(r.ru_utime+r.ru_stime)"])
+                .arg(env!("CARGO_BIN_EXE_ragwatch"))
+                .args(["replay", "--judge", "llm", "--config"])
+                .arg(&s.config)
+                .arg(&input),
+        );
+        let cpu: f64 = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let verdicts = std::fs::read_to_string(format!("{}.out", input.display())).unwrap();
+        let judged = verdicts
+            .lines()
+            .filter(|l| {
+                l.contains("\"status\":\"judged\"") || l.contains("\"status\":\"no_claims\"")
+            })
+            .count();
+        assert!(judged >= 190, "{mode}: judged {judged} of 200");
+        let tokens = (server.tokens_billed() - before) as f64 / judged as f64;
+        figures.push((mode, tokens, cpu * 1000.0 / judged as f64));
+    }
+    eprintln!("MEASURED tokens/trace and CPU ms/trace: {figures:?}");
+    assert!(figures[0].1 < figures[1].1);
 }

@@ -10,11 +10,13 @@
 
 mod budget;
 mod cache;
+mod canary;
 mod client;
 mod prompt;
 
 pub use budget::{Budget, Charge};
 pub use cache::VerdictCache;
+pub use canary::{agreement, run_canaries};
 pub use client::{ChatOutput, LlmClient, LlmError, Usage, backoff};
 pub use prompt::{ClaimVerdict, JudgedClaim, parse_output};
 
@@ -138,10 +140,15 @@ impl LlmJudge {
 
     /// Judges one trace. Every failure is an `LlmError` whose `kind()` is the outcome label.
     pub async fn judge(&self, trace: &Trace) -> Result<Verdict, LlmError> {
-        let key = VerdictCache::key(trace);
-        if let Some(v) = self.cache.get(key, Instant::now()) {
+        if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
             return Ok(v);
         }
+        self.judge_fresh(trace).await
+    }
+
+    /// Judges one trace without consulting the cache (canaries must reach the model).
+    pub async fn judge_fresh(&self, trace: &Trace) -> Result<Verdict, LlmError> {
+        let key = VerdictCache::key(trace);
         let started = Instant::now();
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
