@@ -297,21 +297,38 @@ fn a_replica_joins_and_leaves_mid_stream_without_losing_a_trace() {
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &group);
     env.push(("RAGWATCH__JUDGE__SAMPLED", "offline".into()));
     env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "0.5".into()));
-    let accounted = |m: &Samples| m.sum("ragwatch_traces_received_total", &[]) + m.sum("ragwatch_traces_rejected_total", &[]);
+    let accounted = |m: &Samples| {
+        m.sum("ragwatch_traces_received_total", &[]) + m.sum("ragwatch_traces_rejected_total", &[])
+    };
     let mut a = Ragwatch::start(config(), &env);
     wait_for("a to hold all partitions", Duration::from_secs(30), || {
         (a.metrics()?.sum("ragwatch_kafka_assigned_partitions", &[]) == 4.0).then_some(())
     });
     let mut b = Ragwatch::start(config(), &env);
     // The group rebalances: both hold partitions and each spends its share of the judge budget.
-    wait_for("partitions split between a and b", Duration::from_secs(60), || {
-        let (ma, mb) = (a.metrics()?, b.metrics()?);
-        let (pa, pb) = (ma.sum("ragwatch_kafka_assigned_partitions", &[]), mb.sum("ragwatch_kafka_assigned_partitions", &[]));
-        (pa > 0.0 && pb > 0.0 && pa + pb == 4.0).then_some(())
+    wait_for(
+        "partitions split between a and b",
+        Duration::from_secs(60),
+        || {
+            let (ma, mb) = (a.metrics()?, b.metrics()?);
+            let (pa, pb) = (
+                ma.sum("ragwatch_kafka_assigned_partitions", &[]),
+                mb.sum("ragwatch_kafka_assigned_partitions", &[]),
+            );
+            (pa > 0.0 && pb > 0.0 && pa + pb == 4.0).then_some(())
+        },
+    );
+    let (sa, sb) = (
+        a.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]),
+        b.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]),
+    );
+    assert!(
+        (sa + sb - 1.0).abs() < 1e-9 && sa > 0.0 && sb > 0.0,
+        "budget shares {sa} + {sb}"
+    );
+    wait_for("b to consume some", Duration::from_secs(30), || {
+        (accounted(&b.metrics()?) > 0.0).then_some(())
     });
-    let (sa, sb) = (a.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]), b.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]));
-    assert!((sa + sb - 1.0).abs() < 1e-9 && sa > 0.0 && sb > 0.0, "budget shares {sa} + {sb}");
-    wait_for("b to consume some", Duration::from_secs(30), || (accounted(&b.metrics()?) > 0.0).then_some(()));
     b.sigterm();
     assert!(b.wait_exit(Duration::from_secs(30)).success());
     let consumed_b = consumed_from_log(&b.log_text()) as i64;
@@ -319,14 +336,29 @@ fn a_replica_joins_and_leaves_mid_stream_without_losing_a_trace() {
     // a takes the partitions back and finishes the stream; its share returns to one.
     wait_for("a to take over and finish", Duration::from_secs(90), || {
         let m = a.metrics()?;
-        let done = committed(&broker.brokers(), &group, &topic, 4).iter().sum::<i64>() == n;
+        let done = committed(&broker.brokers(), &group, &topic, 4)
+            .iter()
+            .sum::<i64>()
+            == n;
         (m.sum("ragwatch_kafka_assigned_partitions", &[]) == 4.0 && done).then_some(())
     });
-    assert_eq!(a.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]), 1.0);
+    assert_eq!(
+        a.metrics().unwrap().sum("ragwatch_budget_share_ratio", &[]),
+        1.0
+    );
     a.sigterm();
     assert!(a.wait_exit(Duration::from_secs(30)).success());
     let consumed_a = consumed_from_log(&a.log_text()) as i64;
-    assert!(consumed_a + consumed_b >= n, "a {consumed_a} + b {consumed_b} < {n}: a trace was lost");
-    assert!(b.log_text().contains("partitions revoked: committing stored offsets"));
-    eprintln!("rebalance: a consumed {consumed_a}, b consumed {consumed_b}, duplicates {}", consumed_a + consumed_b - n);
+    assert!(
+        consumed_a + consumed_b >= n,
+        "a {consumed_a} + b {consumed_b} < {n}: a trace was lost"
+    );
+    assert!(
+        b.log_text()
+            .contains("partitions revoked: committing stored offsets")
+    );
+    eprintln!(
+        "rebalance: a consumed {consumed_a}, b consumed {consumed_b}, duplicates {}",
+        consumed_a + consumed_b - n
+    );
 }
