@@ -93,8 +93,13 @@ pub async fn run(
             Some(PoolJudge::Llm(judge))
         }
     };
+    // The pool holds the only ack sender: when the pool ends (or there is none), the Kafka source's
+    // drain sees the channel close. A sender kept here would make that drain wait forever.
     let (jobs_tx, pool) = match pool_judge {
-        None => (None, None),
+        None => {
+            drop(ack_tx);
+            (None, None)
+        }
         Some(judge) => {
             let (tx, rx) = mpsc::channel(config.judge.queue_capacity);
             let pool = tokio::spawn(run_pool(

@@ -148,6 +148,14 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
     promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
     assert_eq!(http_get(rw.addr, "/livez").unwrap().0, 200);
     assert_eq!(http_get(rw.addr, "/readyz").unwrap().0, 200);
+    // Without a sampled judge there are no acks to wait for: SIGTERM drains and exits at once.
+    let mut rw = rw;
+    rw.sigterm();
+    assert!(
+        rw.wait_exit(Duration::from_secs(20)).success(),
+        "{}",
+        rw.log_text()
+    );
 }
 
 fn committed_and_high(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
