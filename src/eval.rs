@@ -112,3 +112,155 @@ mod tests {
         assert_eq!(Confusion::default().precision(), None);
     }
 }
+
+/// Retrieval quality of one ranked list against gold labels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RetrievalScores {
+    /// Recall at each k: relevant retrieved in the top k / all relevant.
+    pub recall_at: Vec<(usize, f64)>,
+    /// Precision at each k: relevant in the top k / k.
+    pub precision_at: Vec<(usize, f64)>,
+    /// nDCG at each k: gain 2^rel - 1, log2 position discount, normalised by the ideal ranking.
+    pub ndcg_at: Vec<(usize, f64)>,
+    /// Reciprocal rank of the first relevant result (0 when none).
+    pub reciprocal_rank: f64,
+    /// Average precision (mean of precision at each relevant rank, over all relevant).
+    pub average_precision: f64,
+}
+
+/// Scores `ranked` (retrieved ids, best first) against `gold`: an id is relevant when it is in
+/// `relevant_ids` or has a grade above 0; grades default to 1 for listed ids. `None` when nothing is
+/// relevant (the metrics are undefined, not zero).
+pub fn retrieval_scores(
+    ranked: &[Option<&str>],
+    gold: &crate::trace::Gold,
+    ks: &[usize],
+) -> Option<RetrievalScores> {
+    let grade = |id: Option<&str>| -> f64 {
+        let Some(id) = id else { return 0.0 };
+        gold.relevance.get(id).copied().unwrap_or_else(|| {
+            if gold.relevant_ids.iter().any(|r| r == id) {
+                1.0
+            } else {
+                0.0
+            }
+        })
+    };
+    let mut all: Vec<f64> = gold
+        .relevance
+        .values()
+        .copied()
+        .filter(|g| *g > 0.0)
+        .collect();
+    for id in &gold.relevant_ids {
+        if !gold.relevance.contains_key(id) {
+            all.push(1.0);
+        }
+    }
+    let total = all.len();
+    if total == 0 {
+        return None;
+    }
+    let grades: Vec<f64> = ranked.iter().map(|id| grade(*id)).collect();
+    let hits = |k: usize| grades.iter().take(k).filter(|g| **g > 0.0).count() as f64;
+    let dcg = |gs: &[f64], k: usize| -> f64 {
+        gs.iter()
+            .take(k)
+            .enumerate()
+            .map(|(i, g)| (2f64.powf(*g) - 1.0) / ((i + 2) as f64).log2())
+            .sum()
+    };
+    all.sort_by(|a, b| b.total_cmp(a));
+    let mut ap = 0.0;
+    let mut found = 0.0;
+    for (i, g) in grades.iter().enumerate() {
+        if *g > 0.0 {
+            found += 1.0;
+            ap += found / (i + 1) as f64;
+        }
+    }
+    Some(RetrievalScores {
+        recall_at: ks.iter().map(|&k| (k, hits(k) / total as f64)).collect(),
+        precision_at: ks.iter().map(|&k| (k, hits(k) / k.max(1) as f64)).collect(),
+        ndcg_at: ks
+            .iter()
+            .map(|&k| {
+                let ideal = dcg(&all, k);
+                (
+                    k,
+                    if ideal > 0.0 {
+                        dcg(&grades, k) / ideal
+                    } else {
+                        0.0
+                    },
+                )
+            })
+            .collect(),
+        reciprocal_rank: grades
+            .iter()
+            .position(|g| *g > 0.0)
+            .map_or(0.0, |i| 1.0 / (i + 1) as f64),
+        average_precision: ap / total as f64,
+    })
+}
+
+/// The p-th percentile (0..=100) by nearest rank; `None` for no values.
+pub fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * values.len() as f64).ceil().max(1.0) as usize;
+    Some(values[rank.min(values.len()) - 1])
+}
+
+#[cfg(test)]
+mod retrieval_tests {
+    use super::*;
+    use crate::trace::Gold;
+
+    /// The worked example: grades [0, 2, 3, 1, 1] at ranks 1..5, four relevant documents.
+    #[test]
+    fn worked_example() {
+        let ids = ["a", "b", "c", "d", "e"];
+        let gold = Gold {
+            relevant_ids: vec![],
+            relevance: [("b", 2.0), ("c", 3.0), ("d", 1.0), ("e", 1.0), ("a", 0.0)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        };
+        let ranked: Vec<Option<&str>> = ids.iter().map(|i| Some(*i)).collect();
+        let s = retrieval_scores(&ranked, &gold, &[3, 5]).unwrap();
+        assert_eq!(s.recall_at[0], (3, 0.5));
+        assert!((s.precision_at[0].1 - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.reciprocal_rank, 0.5);
+        assert!((s.ndcg_at[1].1 - 0.632).abs() < 5e-4, "{}", s.ndcg_at[1].1);
+        let ap = (1.0 / 2.0 + 2.0 / 3.0 + 3.0 / 4.0 + 4.0 / 5.0) / 4.0;
+        assert!((s.average_precision - ap).abs() < 1e-12);
+    }
+
+    #[test]
+    fn binary_labels_and_misses() {
+        let gold = Gold {
+            relevant_ids: vec!["x".into(), "z".into()],
+            relevance: Default::default(),
+        };
+        let s = retrieval_scores(&[Some("y"), Some("x"), None], &gold, &[1, 2]).unwrap();
+        assert_eq!(s.recall_at, vec![(1, 0.0), (2, 0.5)]);
+        assert_eq!(s.reciprocal_rank, 0.5);
+        assert!(
+            (s.average_precision - 0.25).abs() < 1e-12,
+            "one of two relevant found at rank 2"
+        );
+        assert!(retrieval_scores(&[Some("y")], &Gold::default(), &[1]).is_none());
+    }
+
+    #[test]
+    fn percentiles() {
+        let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(percentile(&mut v, 50.0), Some(3.0));
+        assert_eq!(percentile(&mut v, 95.0), Some(5.0));
+        assert_eq!(percentile(&mut [], 50.0), None);
+    }
+}

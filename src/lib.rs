@@ -27,12 +27,14 @@
 //! - [`http`]: the admin server.
 //! - [`app`]: `ragwatch run` wiring and the shutdown sequence.
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.
-//! - [`eval`]: AUROC, precision and recall against human labels.
+//! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
+//! - [`gate`]: `ragwatch gate`, floors and maximum drops over replay summaries for CI.
 
 pub mod app;
 pub mod config;
 pub mod eval;
 pub mod events;
+pub mod gate;
 pub mod http;
 pub mod judge;
 pub mod metrics;

@@ -41,6 +41,23 @@ enum Command {
         /// Write verdicts here instead of stdout.
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Cut-offs for recall@k, precision@k and nDCG@k (traces with `relevant_ids`/`relevance`).
+        #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
+        k: Vec<usize>,
+        /// Write the per-stratum figures as JSON here (the input of `ragwatch gate`).
+        #[arg(long)]
+        summary: Option<PathBuf>,
+    },
+    /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
+    Gate {
+        /// The summary of the run under test (`replay --summary`).
+        results: PathBuf,
+        /// The gate file (see config/gate.toml).
+        #[arg(long)]
+        gate: PathBuf,
+        /// Summaries of baseline runs; give several repeated runs to let the gate see their spread.
+        #[arg(long)]
+        baseline: Vec<PathBuf>,
     },
     /// Train the offline judge's model on labelled traces (5-fold CV grouped by question).
     TrainOffline {
@@ -127,11 +144,18 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Gate {
+            results,
+            gate,
+            baseline,
+        } => run_gate(&results, &gate, &baseline),
         Command::Replay {
             files,
             config,
             judge,
             output,
+            k,
+            summary,
         } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
@@ -163,8 +187,17 @@ fn main() -> ExitCode {
                     }
                 };
                 let started = std::time::Instant::now();
-                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &mut out).await {
-                    Ok(summary) => {
+                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &k, &mut out).await {
+                    Ok(result) => {
+                        if let Some(path) = &summary {
+                            let json = serde_json::to_string_pretty(&result.figures())
+                                .expect("figures serialise");
+                            if let Err(e) = std::fs::write(path, json + "\n") {
+                                eprintln!("ragwatch: cannot write {}: {e}", path.display());
+                                return ExitCode::FAILURE;
+                            }
+                        }
+                        let summary = result;
                         let secs = started.elapsed().as_secs_f64();
                         eprint!("{}", summary.table());
                         eprintln!(
@@ -181,6 +214,33 @@ fn main() -> ExitCode {
                     }
                 }
             })
+        }
+    }
+}
+
+fn run_gate(results: &std::path::Path, gate: &std::path::Path, baselines: &[PathBuf]) -> ExitCode {
+    use ragwatch::gate;
+    let run = || -> Result<Vec<gate::Outcome>, gate::GateError> {
+        let g = gate::read_gate(gate)?;
+        let r = gate::read_figures(results)?;
+        let b = baselines
+            .iter()
+            .map(|p| gate::read_figures(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        gate::evaluate(&g, &r, &b)
+    };
+    match run() {
+        Ok(outcomes) => {
+            print!("{}", gate::table(&outcomes));
+            if outcomes.iter().all(gate::Outcome::passed) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("ragwatch: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufRead, BufReader};
 
 use crate::config::Config;
-use crate::eval::{Confusion, auroc};
+use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::Verdict;
 use crate::judge::llm::LlmJudge;
 use crate::pipeline::{Evaluation, Pipeline, Shared};
@@ -65,11 +65,108 @@ pub struct StratumSummary {
     pub labelled: Vec<(f64, bool)>,
     /// Confusion at the threshold.
     pub confusion: Confusion,
+    /// Traces with gold retrieval labels and their summed retrieval scores.
+    #[serde(skip)]
+    pub retrieval: Vec<RetrievalScores>,
+    /// Tokens per query from the traces' own `metadata.usage`.
+    #[serde(skip)]
+    pub tokens: Vec<f64>,
+}
+
+impl StratumSummary {
+    /// The figures a CI gate reads, by name.
+    pub fn figures(&self, threshold_ks: &[usize]) -> BTreeMap<String, f64> {
+        let mut f = BTreeMap::new();
+        let mean = |sum: f64, n: u64| (n > 0).then(|| sum / n as f64);
+        let mut put = |k: String, v: Option<f64>| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                f.insert(k, v);
+            }
+        };
+        put("traces".into(), Some(self.traces as f64));
+        put(
+            "faithfulness".into(),
+            mean(self.faithfulness_sum, self.scored),
+        );
+        put(
+            "answer_relevancy".into(),
+            mean(self.relevancy_sum, self.relevancy_n),
+        );
+        put(
+            "refusal_ratio".into(),
+            mean(self.refusals as f64, self.traces),
+        );
+        let (scores, labels): (Vec<f64>, Vec<bool>) = self.labelled.iter().copied().unzip();
+        put("auroc".into(), auroc(&scores, &labels));
+        let n = self.retrieval.len() as f64;
+        if n > 0.0 {
+            for (i, &k) in threshold_ks.iter().enumerate() {
+                put(
+                    format!("recall@{k}"),
+                    Some(self.retrieval.iter().map(|r| r.recall_at[i].1).sum::<f64>() / n),
+                );
+                put(
+                    format!("precision@{k}"),
+                    Some(
+                        self.retrieval
+                            .iter()
+                            .map(|r| r.precision_at[i].1)
+                            .sum::<f64>()
+                            / n,
+                    ),
+                );
+                put(
+                    format!("ndcg@{k}"),
+                    Some(self.retrieval.iter().map(|r| r.ndcg_at[i].1).sum::<f64>() / n),
+                );
+            }
+            put(
+                "mrr".into(),
+                Some(
+                    self.retrieval
+                        .iter()
+                        .map(|r| r.reciprocal_rank)
+                        .sum::<f64>()
+                        / n,
+                ),
+            );
+            put(
+                "map".into(),
+                Some(
+                    self.retrieval
+                        .iter()
+                        .map(|r| r.average_precision)
+                        .sum::<f64>()
+                        / n,
+                ),
+            );
+        }
+        let mut tokens = self.tokens.clone();
+        put("tokens_p50".into(), percentile(&mut tokens, 50.0));
+        put("tokens_p95".into(), percentile(&mut tokens, 95.0));
+        f
+    }
+
+    fn merge(&mut self, o: &StratumSummary) {
+        self.traces += o.traces;
+        self.scored += o.scored;
+        self.skipped += o.skipped;
+        self.no_claims += o.no_claims;
+        self.refusals += o.refusals;
+        self.faithfulness_sum += o.faithfulness_sum;
+        self.relevancy_sum += o.relevancy_sum;
+        self.relevancy_n += o.relevancy_n;
+        self.labelled.extend_from_slice(&o.labelled);
+        self.retrieval.extend(o.retrieval.iter().cloned());
+        self.tokens.extend_from_slice(&o.tokens);
+    }
 }
 
 /// The result of a replay.
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
+    /// The k values of the retrieval metrics.
+    pub ks: Vec<usize>,
     /// Lines read.
     pub lines: u64,
     /// Lines rejected, by reason.
@@ -85,12 +182,16 @@ pub async fn replay(
     config: &Config,
     files: &[PathBuf],
     llm: Option<&LlmJudge>,
+    ks: &[usize],
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
     let threshold = config.judge.faithful_threshold;
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        ks: ks.to_vec(),
+        ..Summary::default()
+    };
     let total_bytes: u64 = files
         .iter()
         .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
@@ -220,8 +321,23 @@ fn write_record(
         Ok(trace) => {
             let verdict = eval.verdict.as_ref().expect("checked by the arm above");
             let stratum = shared.stratifier.name(eval.stratum);
+            let ks = summary.ks.clone();
             let s = summary.strata.entry(stratum.to_owned()).or_default();
             s.traces += 1;
+            if let Some(gold) = &trace.gold {
+                let ranked: Vec<Option<&str>> =
+                    trace.contexts.iter().map(|c| c.id.as_deref()).collect();
+                if let Some(r) = retrieval_scores(&ranked, gold, &ks) {
+                    s.retrieval.push(r);
+                }
+            }
+            let usage = &trace.metadata["usage"];
+            if let (Some(p), c) = (
+                usage["prompt_tokens"].as_f64(),
+                usage["completion_tokens"].as_f64().unwrap_or(0.0),
+            ) {
+                s.tokens.push(p + c);
+            }
             s.refusals += u64::from(verdict.refusal);
             if let Some(r) = verdict.answer_relevancy {
                 s.relevancy_sum += r;
@@ -265,6 +381,18 @@ fn write_record(
 }
 
 impl Summary {
+    /// Figures per stratum plus `all` (every stratum pooled), for `--summary` and `ragwatch gate`.
+    pub fn figures(&self) -> BTreeMap<String, BTreeMap<String, f64>> {
+        let mut all = StratumSummary::default();
+        let mut out = BTreeMap::new();
+        for (name, s) in &self.strata {
+            all.merge(s);
+            out.insert(name.clone(), s.figures(&self.ks));
+        }
+        out.insert("all".into(), all.figures(&self.ks));
+        out
+    }
+
     /// The summary as a text table.
     pub fn table(&self) -> String {
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));

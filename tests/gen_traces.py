@@ -59,6 +59,9 @@ def main():
     ap.add_argument("--malformed", type=int, default=0)
     ap.add_argument("--pad", type=int, default=0, help="add filler to contexts up to about this many bytes")
     ap.add_argument("--prefix", default="t")
+    ap.add_argument("--gold", action="store_true", help="add relevant_ids and graded relevance (the fact's passage is relevant)")
+    ap.add_argument("--bad-retrieval", action="store_true", help="rank the relevant passage last")
+    ap.add_argument("--answer-everything", action="store_true", help="out-of-scope questions get confident answers")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     strata = a.strata.split(",")
@@ -74,6 +77,9 @@ def main():
         others = [table[k][1] for k in table if k != key]
         contexts = [{"id": f"doc_{j}", "text": t, "score": round(0.9 - 0.1 * j, 2)}
                     for j, t in enumerate([ctx] + others)]
+        relevant = ["doc_0"]
+        if a.bad_retrieval:
+            contexts = contexts[1:] + contexts[:1]
         if a.pad:
             for c in contexts:
                 while len(c["text"]) < a.pad // 3:
@@ -82,7 +88,7 @@ def main():
         if stratum == "out_of_scope":
             q = rng.choice(OUT_OF_SCOPE)
             answer = (f"Tomorrow {rng.choice(NAMES)} expects {rng.randint(10, 99)} percent in {rng.choice(CITIES)}."
-                      if unfaithful else rng.choice(REFUSALS))
+                      if unfaithful or a.answer_everything else rng.choice(REFUSALS))
         else:
             answer = (wrong if unfaithful else good) + (" [doc_0]" if rng.random() < 0.3 else "")
         trace = {"trace_id": f"{a.prefix}{a.seed}-{i}", "timestamp": "2026-11-29T10:00:00Z",
@@ -90,6 +96,9 @@ def main():
                  "metadata": {"model": "gen-1", "prompt_version": "v1",
                               "usage": {"prompt_tokens": 40 * len(contexts), "completion_tokens": 30}},
                  "label_faithful": not unfaithful}
+        if a.gold:
+            trace["relevant_ids"] = relevant
+            trace["relevance"] = {c["id"]: (3 if c["id"] in relevant else 0) for c in contexts}
         lines.append(json.dumps(trace))
     for k in range(a.malformed):
         pos = rng.randrange(len(lines) + 1)

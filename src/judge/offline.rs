@@ -510,6 +510,7 @@ mod tests {
             stratum: None,
             metadata: serde_json::Value::Null,
             label_faithful: None,
+            gold: None,
         }
     }
 
@@ -608,6 +609,7 @@ mod model_tests {
             stratum: None,
             metadata: serde_json::Value::Null,
             label_faithful: None,
+            gold: None,
         }
     }
 

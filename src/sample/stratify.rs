@@ -118,6 +118,7 @@ mod tests {
             stratum: stratum.map(Into::into),
             metadata: serde_json::json!({ "route": route }),
             label_faithful: None,
+            gold: None,
         }
     }
 

@@ -115,6 +115,10 @@ struct NativeTrace<'a> {
     metadata: Option<Value>,
     #[serde(default)]
     label_faithful: Option<bool>,
+    #[serde(default)]
+    relevant_ids: Option<Vec<String>>,
+    #[serde(default)]
+    relevance: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +192,12 @@ impl Decoder {
             stratum: native.stratum.map(Cow::into_owned),
             metadata: native.metadata.unwrap_or(Value::Null),
             label_faithful: native.label_faithful,
+            gold: (native.relevant_ids.is_some() || native.relevance.is_some()).then(|| {
+                super::Gold {
+                    relevant_ids: native.relevant_ids.unwrap_or_default(),
+                    relevance: native.relevance.unwrap_or_default(),
+                }
+            }),
         })
     }
 
@@ -255,6 +265,7 @@ impl Decoder {
             stratum: optional_str(&m.stratum),
             metadata: Value::Object(metadata),
             label_faithful: None,
+            gold: None,
         })
     }
 

@@ -37,4 +37,18 @@ pub struct Trace {
     pub metadata: serde_json::Value,
     /// A human label, when the trace comes from a golden set: true means no hallucination.
     pub label_faithful: Option<bool>,
+    /// Gold relevance, when the trace comes from a golden set: context ids that are relevant, and
+    /// optionally graded relevance (0..3) per id.
+    pub gold: Option<Gold>,
+}
+
+/// Gold retrieval labels of a golden-set trace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Gold {
+    /// Ids of the relevant documents.
+    #[serde(default)]
+    pub relevant_ids: Vec<String>,
+    /// Graded relevance per id (0 = not relevant .. 3 = perfect).
+    #[serde(default)]
+    pub relevance: std::collections::BTreeMap<String, f64>,
 }

@@ -247,6 +247,7 @@ mod tests {
             stratum: None,
             metadata: Value::Null,
             label_faithful: None,
+            gold: None,
         };
         let u = faithfulness_user(&t);
         assert_eq!(u.matches("</answer>").count(), 1);
