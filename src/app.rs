@@ -53,8 +53,7 @@ pub async fn run(
         metrics: Arc::clone(&shared.metrics),
         ready: Arc::clone(&ready),
     };
-    let (addr, server) = http::bind(&config.http.listen, admin, server_stop.clone())
-        .await
+    let (addr, server) = http::spawn(&config.http.listen, admin, server_stop.clone())
         .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
     tracing::info!(%addr, "admin server listening");
     if let Some(path) = &config.http.port_file
@@ -62,7 +61,6 @@ pub async fn run(
     {
         tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
     }
-    let server = tokio::spawn(server);
 
     let mut judges = vec![JudgeKind::Offline];
     let mut budget = None;
@@ -176,7 +174,7 @@ pub async fn run(
     let _ = evaluator.await;
     window::evaluate_once(&config, &shared, &judges, crate::pipeline::now_ms());
     server_stop.cancel();
-    let _ = server.await;
+    let _ = tokio::task::spawn_blocking(move || server.join()).await;
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)
 }

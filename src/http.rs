@@ -49,26 +49,49 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-/// Binds `listen` and returns the bound address and the server future, which runs until `stop`.
-pub async fn bind(
+/// Binds `listen` and serves on a thread of its own with its own small runtime, until `stop`.
+///
+/// The admin server never shares threads with the pipeline: librdkafka's callbacks (a synchronous
+/// commit on revoke, a metadata request) can block the thread that polls the consumer for seconds
+/// while a broker is down, and `/livez` and `/metrics` must answer through exactly that.
+pub fn spawn(
     listen: &str,
     state: AdminState,
     stop: CancellationToken,
-) -> std::io::Result<(
-    SocketAddr,
-    impl std::future::Future<Output = std::io::Result<()>> + use<>,
-)> {
-    let listener = TcpListener::bind(listen).await?;
-    let addr = listener.local_addr()?;
+) -> std::io::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
+    let std_listener = std::net::TcpListener::bind(listen)?;
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = std::thread::Builder::new()
+        .name("ragwatch-admin".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let served = async {
+                    let listener = TcpListener::from_std(std_listener)?;
+                    serve(listener, state, stop).await
+                };
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, "admin server failed");
+                }
+            })
+        })?;
+    Ok((addr, handle))
+}
+
+async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .with_state(state);
-    let server = async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    };
-    Ok((addr, server))
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
 }
