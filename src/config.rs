@@ -333,6 +333,9 @@ pub struct LlmConfig {
     /// Append a verdict record (claims, raw outputs, usage, latency) per judged trace to this file.
     #[serde(default)]
     pub records_path: Option<PathBuf>,
+    /// Also publish every verdict record to this Kafka topic (brokers and properties from `[kafka]`).
+    #[serde(default)]
+    pub records_topic: Option<String>,
     /// Canaries: JSONL traces with `label_faithful`, judged every `canary_interval_secs` (under the
     /// budget); `ragwatch_judge_canary_agreement_ratio` shows when the judge changes under you.
     #[serde(default)]

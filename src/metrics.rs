@@ -58,6 +58,10 @@ pub struct Metrics {
     pub refusals: IntCounterVec,
     /// Citations in answers, by stratum and validity.
     pub citations: IntCounterVec,
+    /// Retriever scores of the retrieved contexts (when traces carry them), by stratum and rank.
+    pub retrieval_score: HistogramVec,
+    /// Contexts retrieved per trace, by stratum.
+    pub contexts_retrieved: HistogramVec,
     /// Window mean, by metric, stratum, judge and window.
     pub window_mean: GaugeVec,
     /// Scores in the window.
@@ -206,6 +210,20 @@ impl Metrics {
                 "ragwatch_citations_total",
                 "Citations found in answers, by stratum and whether they name a retrieved context.",
                 &["stratum", "valid"],
+            ),
+            retrieval_score: histogram(
+                &r,
+                "ragwatch_retrieval_score",
+                "Retriever scores of retrieved contexts, by stratum and rank (1 = top, 2-3, 4+): a shift often comes before a drop in faithfulness.",
+                &["stratum", "rank"],
+                vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+            ),
+            contexts_retrieved: histogram(
+                &r,
+                "ragwatch_contexts_retrieved",
+                "Contexts retrieved per trace, by stratum.",
+                &["stratum"],
+                vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 20.0, 50.0],
             ),
             window_mean: gauge(
                 &r,
@@ -384,6 +402,7 @@ impl Metrics {
         for s in strata {
             let s = s.as_str();
             m.traces_received.with_label_values(&[s]);
+            m.contexts_retrieved.with_label_values(&[s]);
             m.traces_sampled.with_label_values(&[s]);
             for reason in SKIP_REASONS {
                 m.traces_skipped.with_label_values(&[s, reason]);

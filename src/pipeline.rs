@@ -223,6 +223,21 @@ impl Pipeline {
         let verdict = verdict.expect("a decoded trace has an offline verdict");
         let s = self.shared.stratifier.name(stratum).to_owned();
         m.traces_received.with_label_values(&[&s]).inc();
+        m.contexts_retrieved
+            .with_label_values(&[&s])
+            .observe(trace.contexts.len() as f64);
+        for (i, c) in trace.contexts.iter().enumerate() {
+            if let Some(score) = c.score {
+                let rank = match i {
+                    0 => "1",
+                    1 | 2 => "2-3",
+                    _ => "4+",
+                };
+                m.retrieval_score
+                    .with_label_values(&[&s, rank])
+                    .observe(score);
+            }
+        }
         self.shared.record(stratum, &verdict);
         let decision =
             self.sampler

@@ -119,6 +119,12 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
         m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
         300.0
     );
+    // Every generated trace carries three scored contexts: one top-rank score each.
+    assert_eq!(
+        m.sum("ragwatch_retrieval_score_count", &[("rank", "1")]),
+        300.0
+    );
+    assert_eq!(m.sum("ragwatch_contexts_retrieved_sum", &[]), 900.0);
     let scored = m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]);
     let no_claims = m.sum("ragwatch_no_claims_total", &[("judge", "offline")]);
     assert_eq!(scored + no_claims, 300.0);

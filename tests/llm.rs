@@ -253,9 +253,14 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
         .join("\n"),
     )
     .unwrap();
+    let records_topic = unique("verdicts");
+    broker.create_topic(&records_topic, 1);
     let s = setup(
         &server,
-        &format!("canary_path = \"{}\"", canaries.display()),
+        &format!(
+            "canary_path = \"{}\"\nrecords_topic = \"{records_topic}\"",
+            canaries.display()
+        ),
     );
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
     env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "1.0".into()));
@@ -279,6 +284,30 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     rw.sigterm();
     assert!(rw.wait_exit(Duration::from_secs(30)).success());
     assert!(!rw.log_text().contains("sk-test-secret"));
+    // Every verdict record was also published to the records topic, without the key.
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.brokers())
+        .set("group.id", unique("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&records_topic]).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids.len() < 60 && Instant::now() < deadline {
+        if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(200)) {
+            let text = std::str::from_utf8(msg.payload().unwrap()).unwrap();
+            assert!(!text.contains("sk-test-secret"));
+            let v: Value = serde_json::from_str(text).unwrap();
+            let id = v["trace_id"].as_str().unwrap();
+            if !id.starts_with('c') {
+                ids.insert(id.to_owned());
+            }
+        }
+    }
+    assert_eq!(ids.len(), 60, "a record per judged trace on the topic");
 }
 
 /// Measures (and prints, for the README) tokens per judged trace for both faithfulness forms and

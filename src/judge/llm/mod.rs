@@ -57,6 +57,21 @@ pub struct LlmJudge {
     cache: VerdictCache,
     metrics: Arc<Metrics>,
     records: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    records_topic: Option<RecordsTopic>,
+}
+
+/// Where verdict records are published, when `llm.records_topic` is set.
+struct RecordsTopic {
+    topic: String,
+    producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext>,
+}
+
+impl std::fmt::Debug for RecordsTopic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordsTopic")
+            .field("topic", &self.topic)
+            .finish()
+    }
 }
 
 /// Why the LLM judge cannot start.
@@ -71,6 +86,9 @@ pub enum LlmSetupError {
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Client(#[from] LlmError),
+    /// The records producer could not be built.
+    #[error("records topic producer: {0}")]
+    Producer(String),
 }
 
 /// The API key: from the environment variable, else the mounted file. A local server may need none
@@ -112,7 +130,31 @@ impl LlmJudge {
             ))),
             None => None,
         };
+        let records_topic = match &config.llm.records_topic {
+            Some(topic) => {
+                let mut c = crate::source::client_config(&config.kafka, env);
+                // Producer-side settings only: the consumer-group keys make no sense here.
+                for key in [
+                    "group.id",
+                    "enable.auto.offset.store",
+                    "enable.auto.commit",
+                    "auto.commit.interval.ms",
+                    "auto.offset.reset",
+                ] {
+                    c.remove(key);
+                }
+                let producer = c.create().map_err(|e: rdkafka::error::KafkaError| {
+                    LlmSetupError::Producer(e.to_string())
+                })?;
+                Some(RecordsTopic {
+                    topic: topic.clone(),
+                    producer,
+                })
+            }
+            None => None,
+        };
         Ok(Self {
+            records_topic,
             client: LlmClient::try_new(&config.llm, key)?,
             config: config.llm.clone(),
             budget: Arc::new(Budget::new(&config.budget)),
@@ -219,6 +261,21 @@ impl LlmJudge {
     }
 
     fn write_record(&self, record: &Value) {
+        if let Some(RecordsTopic { topic, producer }) = &self.records_topic {
+            let payload = record.to_string();
+            let key = record["trace_id"].as_str().unwrap_or_default().to_owned();
+            if let Err((e, _)) = producer.send(
+                rdkafka::producer::BaseRecord::to(topic)
+                    .key(&key)
+                    .payload(&payload),
+            ) {
+                self.metrics
+                    .kafka_errors
+                    .with_label_values(&["records_produce"])
+                    .inc();
+                tracing::debug!(error = %e, "cannot publish verdict record");
+            }
+        }
         if let Some(w) = &self.records {
             let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
             let ok = serde_json::to_writer(&mut *w, record).is_ok()
