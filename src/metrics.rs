@@ -108,6 +108,17 @@ pub struct Metrics {
     pub source_messages: IntCounter,
 }
 
+/// Registers one unlabelled metric.
+fn single<M: prometheus::core::Collector + Clone + 'static>(
+    r: &Registry,
+    m: prometheus::Result<M>,
+) -> M {
+    let m = m.expect("valid metric definition");
+    r.register(Box::new(m.clone()))
+        .expect("metric names are unique");
+    m
+}
+
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
     r.register(Box::new(c.clone()))
@@ -288,38 +299,34 @@ impl Metrics {
                 "Tokens spent by the judge, by direction.",
                 &["judge", "direction"],
             ),
-            budget_remaining: {
-                let g = Gauge::new(
+            budget_remaining: single(
+                &r,
+                Gauge::new(
                     "ragwatch_budget_remaining_tokens",
                     "Judge tokens this replica may still spend now.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
-            budget_share: {
-                let g = Gauge::new("ragwatch_budget_share_ratio", "This replica's share of the fleet's judge budget (its share of the partitions).").expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
-            canary_agreement: {
-                let g = Gauge::new("ragwatch_judge_canary_agreement_ratio", "Share of canary traces on which the LLM judge agrees with their label, at the last run.").expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
-            judge_queue_depth: {
-                let g = IntGauge::new(
+                ),
+            ),
+            budget_share: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_budget_share_ratio",
+                    "This replica's share of the fleet's judge budget (its share of the partitions).",
+                ),
+            ),
+            canary_agreement: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_judge_canary_agreement_ratio",
+                    "Share of canary traces on which the LLM judge agrees with their label, at the last run.",
+                ),
+            ),
+            judge_queue_depth: single(
+                &r,
+                IntGauge::new(
                     "ragwatch_judge_queue_depth",
                     "Sampled traces waiting for the sampled judge.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
+                ),
+            ),
             kafka_lag: int_gauge(
                 &r,
                 "ragwatch_kafka_consumer_lag_messages",
@@ -338,52 +345,40 @@ impl Metrics {
                 "Offset commits, by outcome.",
                 &["outcome"],
             ),
-            kafka_partitions: {
-                let g = IntGauge::new(
+            kafka_partitions: single(
+                &r,
+                IntGauge::new(
                     "ragwatch_kafka_assigned_partitions",
                     "Partitions this replica holds.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
-            kafka_brokers_up: {
-                let g = IntGauge::new(
+                ),
+            ),
+            kafka_brokers_up: single(
+                &r,
+                IntGauge::new(
                     "ragwatch_kafka_brokers_up",
                     "Brokers librdkafka reports as UP.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
-            source_idle_seconds: {
-                let g = Gauge::new(
+                ),
+            ),
+            source_idle_seconds: single(
+                &r,
+                Gauge::new(
                     "ragwatch_source_idle_seconds",
                     "Seconds since the source last delivered a message.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(g.clone()))
-                    .expect("metric names are unique");
-                g
-            },
+                ),
+            ),
             build_info: int_gauge(
                 &r,
                 "ragwatch_build_info",
                 "Build and judge identity; a judge change is a metric reset.",
                 &["version", "judge_model"],
             ),
-            source_messages: {
-                let c = IntCounter::new(
+            source_messages: single(
+                &r,
+                IntCounter::new(
                     "ragwatch_source_messages_total",
                     "Messages delivered by the source.",
-                )
-                .expect("valid metric definition");
-                r.register(Box::new(c.clone()))
-                    .expect("metric names are unique");
-                c
-            },
+                ),
+            ),
             registry: r,
         };
         m.build_info

@@ -415,15 +415,7 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
         novel.dedup();
         novel.len() as f64 / distinct.len() as f64
     };
-    f.token_support = if answer_tokens.is_empty() {
-        0.0
-    } else {
-        answer_tokens
-            .iter()
-            .filter(|t| ctx.contains(t.hash))
-            .count() as f64
-            / answer_tokens.len() as f64
-    };
+    f.token_support = share_in(&answer_tokens, &ctx);
     f.trigram_support = if triples > 0 {
         triples_found as f64 / triples as f64
     } else {
@@ -436,29 +428,26 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
     } else {
         0.0
     };
-    f.query_context_overlap = if q_tokens.is_empty() {
-        0.0
-    } else {
-        q_tokens.iter().filter(|t| ctx.contains(t.hash)).count() as f64 / q_tokens.len() as f64
-    };
+    f.query_context_overlap = share_in(&q_tokens, &ctx);
     f.weak_sentences = (weak as f64).ln_1p();
     f.sentences = (sentence_count as f64).ln_1p();
     f.context_len = (ctx_tokens.len() as f64).ln_1p();
-    f.query_overlap = if query.is_empty() {
-        0.0
-    } else {
-        q_tokens
-            .iter()
-            .filter(|t| distinct.contains(t.hash))
-            .count() as f64
-            / q_tokens.len() as f64
-    };
+    f.query_overlap = share_in(&q_tokens, &distinct);
     f.refusal = f64::from(u8::from(
         answer_tokens.len() <= 60 && REFUSAL.is_match(&trace.answer),
     ));
     let citations = citations(trace);
     f.bad_citations = f64::from(citations.total - citations.valid);
     (f, citations, sentence_count)
+}
+
+/// Share of `tokens` (with repeats) found in `set`; 0 for no tokens.
+fn share_in(tokens: &[Token], set: &TokenSet) -> f64 {
+    if tokens.is_empty() {
+        0.0
+    } else {
+        tokens.iter().filter(|t| set.contains(t.hash)).count() as f64 / tokens.len() as f64
+    }
 }
 
 fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
