@@ -62,6 +62,8 @@ pub struct Metrics {
     pub retrieval_score: HistogramVec,
     /// Contexts retrieved per trace, by stratum.
     pub contexts_retrieved: HistogramVec,
+    /// Rank-weighted relevance of the retrieved contexts to the question, by stratum and judge.
+    pub context_relevance: HistogramVec,
     /// Window mean, by metric, stratum, judge and window.
     pub window_mean: GaugeVec,
     /// Scores in the window.
@@ -236,6 +238,13 @@ impl Metrics {
                 &["stratum"],
                 vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 20.0, 50.0],
             ),
+            context_relevance: histogram(
+                &r,
+                "ragwatch_context_relevance_ratio",
+                "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
+                &["stratum", "judge"],
+                RATIO_BUCKETS.to_vec(),
+            ),
             window_mean: gauge(
                 &r,
                 "ragwatch_window_mean_ratio",
@@ -409,6 +418,7 @@ impl Metrics {
                 m.traces_judged.with_label_values(&[s, j.name()]);
                 m.faithfulness.with_label_values(&[s, j.name()]);
                 m.answer_relevancy.with_label_values(&[s, j.name()]);
+                m.context_relevance.with_label_values(&[s, j.name()]);
                 m.no_claims.with_label_values(&[s, j.name()]);
                 m.refusals.with_label_values(&[s, j.name()]);
                 for metric in Metric::ALL {

@@ -112,6 +112,9 @@ impl Shared {
                 .with_label_values(&[s, "false"])
                 .inc_by(u64::from(c.total - c.valid));
         }
+        if let Some(r) = verdict.context_relevance {
+            m.context_relevance.with_label_values(&[s, j]).observe(r);
+        }
         let now = now_ms();
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         for metric in Metric::ALL {

@@ -10,7 +10,7 @@ mod pool;
 mod text;
 pub mod trainer;
 
-pub use offline::{Features, OfflineJudge, OfflineModel, extract};
+pub use offline::{Features, OfflineJudge, OfflineModel, extract, extract_with_context_relevance};
 pub use pool::{PoolJudge, run_pool};
 pub use text::{Token, TokenSet, content_tokens, sentences};
 
@@ -82,6 +82,8 @@ pub struct Verdict {
     pub uncertain: bool,
     /// Citations found in the answer and how many point at a retrieved context.
     pub citations: Citations,
+    /// How relevant the retrieved contexts are to the question, rank-weighted (retrieval quality).
+    pub context_relevance: Option<f64>,
     /// Judge-specific detail for the verdict record (features, claims, raw output).
     pub details: serde_json::Value,
 }

@@ -248,7 +248,8 @@ impl OfflineJudge {
 
     /// Scores one trace.
     pub fn judge(&self, trace: &Trace) -> Verdict {
-        let (features, citations, claims) = extract(trace);
+        let (features, citations, claims, context_relevance) =
+            extract_with_context_relevance(trace);
         let refusal = features.refusal > 0.0;
         let faithfulness = if claims == 0 || refusal {
             None
@@ -268,6 +269,7 @@ impl OfflineJudge {
             refusal,
             uncertain,
             citations,
+            context_relevance: context_relevance.and_then(clean_score),
             details: serde_json::json!({ "sentences": claims, "features": features }),
         }
     }
@@ -281,12 +283,23 @@ fn relevancy(f: &Features) -> f64 {
 
 /// Computes the features of one trace, its citations, and its number of claim-bearing sentences.
 pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
+    let (f, c, n, _) = extract_with_context_relevance(trace);
+    (f, c, n)
+}
+
+/// [`extract`], plus the offline context relevance: for each retrieved context, the share of the
+/// question's distinct terms it contains, averaged with rank weights 1/rank (a useful context at rank 1
+/// counts more than at rank 5). A cheap proxy for RAGAS's reference-free context precision; `None`
+/// without contexts or question terms.
+pub fn extract_with_context_relevance(trace: &Trace) -> (Features, Citations, usize, Option<f64>) {
     let mut ctx_tokens: Vec<Token> = Vec::with_capacity(512);
     let mut ctx_bigrams = Vec::with_capacity(512);
+    let mut spans = Vec::with_capacity(trace.contexts.len());
     for c in &trace.contexts {
         let start = ctx_tokens.len();
         content_tokens(&c.text, &mut ctx_tokens);
         ctx_bigrams.extend(bigrams(&ctx_tokens[start..]));
+        spans.push(start..ctx_tokens.len());
     }
     let ctx = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.hash).collect());
     let ctx_prefixes = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.prefix).collect());
@@ -438,7 +451,23 @@ pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
     ));
     let citations = citations(trace);
     f.bad_citations = f64::from(citations.total - citations.valid);
-    (f, citations, sentence_count)
+    let context_relevance = (!query.is_empty() && !spans.is_empty()).then(|| {
+        let (mut weighted, mut weights) = (0.0, 0.0);
+        for (rank, span) in spans.iter().enumerate() {
+            let mut hit: Vec<u64> = ctx_tokens[span.clone()]
+                .iter()
+                .map(|t| t.hash)
+                .filter(|h| query.contains(*h))
+                .collect();
+            hit.sort_unstable();
+            hit.dedup();
+            let w = 1.0 / (rank + 1) as f64;
+            weighted += w * hit.len() as f64 / query.len() as f64;
+            weights += w;
+        }
+        weighted / weights
+    });
+    (f, citations, sentence_count, context_relevance)
 }
 
 /// Share of `tokens` (with repeats) found in `set`; 0 for no tokens.
@@ -552,6 +581,27 @@ mod tests {
         let v = OfflineJudge::default().judge(&trace("q?", &[("d1", CTX)], "  ...  "));
         assert_eq!(v.faithfulness, None);
         assert!(!v.refusal);
+    }
+
+    #[test]
+    fn context_relevance_weights_rank() {
+        let q = "What carbon pricing mechanism did Canada introduce in 2023?";
+        let off = "Bananas are yellow fruit grown in tropical places.";
+        let first = extract_with_context_relevance(&trace(q, &[("a", CTX), ("b", off)], "x"))
+            .3
+            .unwrap();
+        let last = extract_with_context_relevance(&trace(q, &[("b", off), ("a", CTX)], "x"))
+            .3
+            .unwrap();
+        assert!(
+            first > last,
+            "the useful context at rank 1 counts more: {first} vs {last}"
+        );
+        assert_eq!(extract_with_context_relevance(&trace(q, &[], "x")).3, None);
+        let only_off = extract_with_context_relevance(&trace(q, &[("b", off)], "x"))
+            .3
+            .unwrap();
+        assert_eq!(only_off, 0.0);
     }
 
     #[test]

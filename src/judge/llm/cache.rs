@@ -98,6 +98,7 @@ mod tests {
             refusal: false,
             uncertain: false,
             citations: Citations::default(),
+            context_relevance: None,
             details: serde_json::Value::Null,
         }
     }

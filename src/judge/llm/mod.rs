@@ -238,6 +238,7 @@ impl LlmJudge {
                     refusal,
                     uncertain: false,
                     citations: Citations::default(),
+                    context_relevance: None,
                     details: json!({
                         "judge_model": Self::model_id(&self.config),
                         "mode": self.config.faithfulness_mode,
