@@ -412,6 +412,9 @@ pub struct DriftConfig {
     /// Rules for answer relevancy.
     #[serde(default = "default_relevancy_rule")]
     pub answer_relevancy: DriftRule,
+    /// Rules for context relevance (retrieval quality).
+    #[serde(default = "default_context_rule")]
+    pub context_relevance: DriftRule,
     /// Per-stratum overrides: `[drift.overrides.tail.faithfulness]`.
     #[serde(default)]
     pub overrides: BTreeMap<String, BTreeMap<String, DriftRule>>,
@@ -618,6 +621,13 @@ fn default_tpm() -> u64 {
 }
 fn default_tpd() -> u64 {
     20_000_000
+}
+fn default_context_rule() -> DriftRule {
+    DriftRule {
+        floor: 0.3,
+        max_drop: 0.15,
+        min_samples: 30,
+    }
 }
 fn default_listen() -> String {
     "0.0.0.0:9464".into()
@@ -835,6 +845,7 @@ impl Config {
         for (name, rule) in [
             ("drift.faithfulness", &self.drift.faithfulness),
             ("drift.answer_relevancy", &self.drift.answer_relevancy),
+            ("drift.context_relevance", &self.drift.context_relevance),
         ] {
             check_rule(name, rule)?;
         }
@@ -911,6 +922,7 @@ impl Config {
         match metric {
             crate::judge::Metric::Faithfulness => self.drift.faithfulness,
             crate::judge::Metric::AnswerRelevancy => self.drift.answer_relevancy,
+            crate::judge::Metric::ContextRelevance => self.drift.context_relevance,
         }
     }
 

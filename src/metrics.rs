@@ -78,6 +78,10 @@ pub struct Metrics {
     pub min_samples: IntGaugeVec,
     /// 1 while a drift rule fires, by metric, stratum, judge and rule.
     pub drift_active: IntGaugeVec,
+    /// Where to look, by stratum and judge: 1 on the stage the short windows blame (retrieval when
+    /// context relevance is below its floor; generation when contexts are fine but faithfulness is
+    /// low; prompt when both are fine but answer relevancy is low), 0 elsewhere.
+    pub diagnosis: IntGaugeVec,
     /// Judge calls by judge and outcome.
     pub judge_requests: IntCounterVec,
     /// Judge call latency.
@@ -287,6 +291,12 @@ impl Metrics {
                 "1 while a drift rule fires on this replica's windows.",
                 &["metric", "stratum", "judge", "rule"],
             ),
+            diagnosis: int_gauge(
+                &r,
+                "ragwatch_diagnosis",
+                "1 on the stage the short windows blame for a low score (retrieval, generation, prompt), by stratum and judge.",
+                &["stratum", "judge", "stage"],
+            ),
             judge_requests: counter(
                 &r,
                 "ragwatch_judge_requests_total",
@@ -419,6 +429,9 @@ impl Metrics {
                 m.faithfulness.with_label_values(&[s, j.name()]);
                 m.answer_relevancy.with_label_values(&[s, j.name()]);
                 m.context_relevance.with_label_values(&[s, j.name()]);
+                for stage in crate::window::STAGES {
+                    m.diagnosis.with_label_values(&[s, j.name(), stage]);
+                }
                 m.no_claims.with_label_values(&[s, j.name()]);
                 m.refusals.with_label_values(&[s, j.name()]);
                 for metric in Metric::ALL {

@@ -112,9 +112,6 @@ impl Shared {
                 .with_label_values(&[s, "false"])
                 .inc_by(u64::from(c.total - c.valid));
         }
-        if let Some(r) = verdict.context_relevance {
-            m.context_relevance.with_label_values(&[s, j]).observe(r);
-        }
         let now = now_ms();
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         for metric in Metric::ALL {
@@ -122,6 +119,7 @@ impl Shared {
                 let h = match metric {
                     Metric::Faithfulness => &m.faithfulness,
                     Metric::AnswerRelevancy => &m.answer_relevancy,
+                    Metric::ContextRelevance => &m.context_relevance,
                 };
                 h.with_label_values(&[s, j]).observe(v);
                 windows.record(metric, verdict.judge, stratum, v, now);

@@ -273,6 +273,27 @@ fn a_faithfulness_drop_in_one_stratum_pages_and_recovers() {
             })
         },
     );
+    // The diagnosis points at generation: the contexts are still relevant, the answers are not grounded.
+    wait_for(
+        "the diagnosis to blame generation for tail",
+        Duration::from_secs(30),
+        || {
+            let m = rw.metrics()?;
+            let at = |stage: &str| {
+                m.sum(
+                    "ragwatch_diagnosis",
+                    &[("stratum", "tail"), ("judge", "offline"), ("stage", stage)],
+                )
+            };
+            (at("generation") == 1.0 && at("retrieval") == 0.0).then_some(())
+        },
+    );
+    assert_eq!(
+        rw.metrics()
+            .unwrap()
+            .sum("ragwatch_diagnosis", &[("stratum", "head")]),
+        0.0
+    );
     assert_eq!(fired.1["metric"], "faithfulness");
     assert_eq!(fired.1["severity"], "page");
     assert!(

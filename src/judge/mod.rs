@@ -24,17 +24,24 @@ pub enum Metric {
     Faithfulness,
     /// How well the answer addresses the question.
     AnswerRelevancy,
+    /// How relevant the retrieved contexts are to the question (retrieval quality).
+    ContextRelevance,
 }
 
 impl Metric {
     /// Both metrics, in label order.
-    pub const ALL: [Metric; 2] = [Metric::Faithfulness, Metric::AnswerRelevancy];
+    pub const ALL: [Metric; 3] = [
+        Metric::Faithfulness,
+        Metric::AnswerRelevancy,
+        Metric::ContextRelevance,
+    ];
 
     /// The label value and config key.
     pub fn name(self) -> &'static str {
         match self {
             Metric::Faithfulness => "faithfulness",
             Metric::AnswerRelevancy => "answer_relevancy",
+            Metric::ContextRelevance => "context_relevance",
         }
     }
 
@@ -103,6 +110,7 @@ impl Verdict {
         match metric {
             Metric::Faithfulness => self.faithfulness,
             Metric::AnswerRelevancy => self.answer_relevancy,
+            Metric::ContextRelevance => self.context_relevance,
         }
     }
 }

@@ -36,8 +36,10 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
     let w = &config.windows;
     let windows = shared.windows.lock().unwrap_or_else(|p| p.into_inner());
     for (stratum_id, stratum) in shared.stratifier.names().iter().enumerate() {
-        for metric in Metric::ALL {
-            for &judge in judges {
+        for &judge in judges {
+            // (metric, below its floor) for the metrics with enough samples in the short window.
+            let mut low: Vec<(Metric, bool)> = Vec::new();
+            for metric in Metric::ALL {
                 for &secs in &w.window_secs {
                     let Some(s) = windows.stats(metric, judge, stratum_id, secs, now, w.z) else {
                         continue;
@@ -66,6 +68,10 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                     }
                 }
                 let short = windows.stats(metric, judge, stratum_id, w.short_secs, now, w.z);
+                let rule = config.drift_rule(metric, stratum);
+                if let Some(s) = short.filter(|s| s.count >= rule.min_samples) {
+                    low.push((metric, s.mean.is_some_and(|m| m < rule.floor)));
+                }
                 let base = windows.stats(metric, judge, stratum_id, w.baseline_secs, now, w.z);
                 if let (Some(short), Some(base)) = (short, base) {
                     let state =
@@ -77,7 +83,36 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                     }
                 }
             }
+            let blamed = diagnose(&low);
+            for stage in STAGES {
+                m.diagnosis
+                    .with_label_values(&[stratum, judge.name(), stage])
+                    .set(i64::from(blamed == Some(stage)));
+            }
         }
+    }
+}
+
+/// The `stage` label values of `ragwatch_diagnosis`.
+pub const STAGES: [&str; 3] = ["retrieval", "generation", "prompt"];
+
+/// Which stage to look at, from which metrics are below their floor (only metrics with enough samples
+/// are in `low`): contexts irrelevant to the question point at retrieval; relevant contexts with an
+/// unfaithful answer point at generation; both fine with an off-topic answer points at the prompt.
+pub fn diagnose(low: &[(Metric, bool)]) -> Option<&'static str> {
+    let state = |m: Metric| low.iter().find(|(x, _)| *x == m).map(|(_, below)| *below);
+    let retrieval_ok = state(Metric::ContextRelevance) != Some(true);
+    if state(Metric::ContextRelevance) == Some(true) {
+        Some("retrieval")
+    } else if retrieval_ok && state(Metric::Faithfulness) == Some(true) {
+        Some("generation")
+    } else if retrieval_ok
+        && state(Metric::Faithfulness) == Some(false)
+        && state(Metric::AnswerRelevancy) == Some(true)
+    {
+        Some("prompt")
+    } else {
+        None
     }
 }
 
@@ -97,5 +132,42 @@ pub async fn run_evaluator(
             _ = stop.cancelled() => break,
             _ = tick.tick() => evaluate_once(&config, &shared, &judges, now_ms()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Metric::*;
+
+    #[test]
+    fn diagnosis_blames_the_first_failing_stage() {
+        assert_eq!(
+            diagnose(&[(ContextRelevance, true), (Faithfulness, true)]),
+            Some("retrieval")
+        );
+        assert_eq!(
+            diagnose(&[(ContextRelevance, false), (Faithfulness, true)]),
+            Some("generation")
+        );
+        assert_eq!(
+            diagnose(&[
+                (ContextRelevance, false),
+                (Faithfulness, false),
+                (AnswerRelevancy, true)
+            ]),
+            Some("prompt")
+        );
+        assert_eq!(
+            diagnose(&[
+                (ContextRelevance, false),
+                (Faithfulness, false),
+                (AnswerRelevancy, false)
+            ]),
+            None
+        );
+        // Too few samples of faithfulness: no claim about the prompt.
+        assert_eq!(diagnose(&[(AnswerRelevancy, true)]), None);
+        assert_eq!(diagnose(&[]), None);
     }
 }

@@ -6,7 +6,7 @@ mod evaluator;
 mod ring;
 
 pub use drift::{DriftState, RuleKind};
-pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
+pub use evaluator::{STAGES, diagnose, evaluate_once, export_thresholds, run_evaluator};
 pub use ring::{Ring, WindowStats};
 
 use crate::judge::{JudgeKind, Metric};
