@@ -222,10 +222,12 @@ impl Pipeline {
             }
         };
         let verdict = verdict.expect("a decoded trace has an offline verdict");
-        let s = self.shared.stratifier.name(stratum).to_owned();
-        m.traces_received.with_label_values(&[&s]).inc();
+        // The label is borrowed from a clone of the Arc: no String per trace on the hot path.
+        let stratifier = Arc::clone(&self.shared.stratifier);
+        let s = stratifier.name(stratum);
+        m.traces_received.with_label_values(&[s]).inc();
         m.contexts_retrieved
-            .with_label_values(&[&s])
+            .with_label_values(&[s])
             .observe(trace.contexts.len() as f64);
         for (i, c) in trace.contexts.iter().enumerate() {
             if let Some(score) = c.score {
@@ -235,7 +237,7 @@ impl Pipeline {
                     _ => "4+",
                 };
                 m.retrieval_score
-                    .with_label_values(&[&s, rank])
+                    .with_label_values(&[s, rank])
                     .observe(score);
             }
         }
@@ -246,7 +248,7 @@ impl Pipeline {
         if !decision.sampled() {
             return Disposition::Done;
         }
-        m.traces_sampled.with_label_values(&[&s]).inc();
+        m.traces_sampled.with_label_values(&[s]).inc();
         let Some(tx) = &self.judge_tx else {
             return Disposition::Done;
         };
@@ -262,11 +264,11 @@ impl Pipeline {
                 Disposition::Pending
             }
             Err(mpsc::error::TrySendError::Full(job)) => {
-                events::trace_skipped(&m, &s, "queue_full", &job.trace.trace_id);
+                events::trace_skipped(&m, s, "queue_full", &job.trace.trace_id);
                 Disposition::Done
             }
             Err(mpsc::error::TrySendError::Closed(job)) => {
-                events::trace_skipped(&m, &s, "shutdown", &job.trace.trace_id);
+                events::trace_skipped(&m, s, "shutdown", &job.trace.trace_id);
                 Disposition::Done
             }
         }

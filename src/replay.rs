@@ -98,48 +98,18 @@ impl StratumSummary {
         );
         let (scores, labels): (Vec<f64>, Vec<bool>) = self.labelled.iter().copied().unzip();
         put("auroc".into(), auroc(&scores, &labels));
-        let n = self.retrieval.len() as f64;
-        if n > 0.0 {
+        if !self.retrieval.is_empty() {
+            let n = self.retrieval.len() as f64;
+            let avg = |score: &dyn Fn(&RetrievalScores) -> f64| {
+                Some(self.retrieval.iter().map(score).sum::<f64>() / n)
+            };
             for (i, &k) in threshold_ks.iter().enumerate() {
-                put(
-                    format!("recall@{k}"),
-                    Some(self.retrieval.iter().map(|r| r.recall_at[i].1).sum::<f64>() / n),
-                );
-                put(
-                    format!("precision@{k}"),
-                    Some(
-                        self.retrieval
-                            .iter()
-                            .map(|r| r.precision_at[i].1)
-                            .sum::<f64>()
-                            / n,
-                    ),
-                );
-                put(
-                    format!("ndcg@{k}"),
-                    Some(self.retrieval.iter().map(|r| r.ndcg_at[i].1).sum::<f64>() / n),
-                );
+                put(format!("recall@{k}"), avg(&|r| r.recall_at[i].1));
+                put(format!("precision@{k}"), avg(&|r| r.precision_at[i].1));
+                put(format!("ndcg@{k}"), avg(&|r| r.ndcg_at[i].1));
             }
-            put(
-                "mrr".into(),
-                Some(
-                    self.retrieval
-                        .iter()
-                        .map(|r| r.reciprocal_rank)
-                        .sum::<f64>()
-                        / n,
-                ),
-            );
-            put(
-                "map".into(),
-                Some(
-                    self.retrieval
-                        .iter()
-                        .map(|r| r.average_precision)
-                        .sum::<f64>()
-                        / n,
-                ),
-            );
+            put("mrr".into(), avg(&|r| r.reciprocal_rank));
+            put("map".into(), avg(&|r| r.average_precision));
         }
         let mut tokens = self.tokens.clone();
         put("tokens_p50".into(), percentile(&mut tokens, 50.0));

@@ -28,6 +28,18 @@ impl Drop for Killed {
     }
 }
 
+/// Starts a Debian-packaged daemon, quiet, killed when dropped.
+fn daemon(program: &str, args: &[String]) -> Killed {
+    Killed(
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} is installed by tests/run.sh: {e}")),
+    )
+}
+
 /// Collects Alertmanager's webhook posts.
 fn webhook() -> (u16, Arc<Mutex<Vec<Value>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -195,22 +207,14 @@ fn a_faithfulness_drop_in_one_stratum_pages_and_recovers() {
         format!("route:\n  receiver: hook\n  group_by: [alertname, stratum]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: http://127.0.0.1:{hook_port}/\n        send_resolved: true\n"),
     )
     .unwrap();
-    let _am = Killed(
-        Command::new("prometheus-alertmanager")
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("am.yml").display()
-            ))
-            .arg(format!(
-                "--storage.path={}",
-                dir.path().join("am").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{am_port}"))
-            .arg("--cluster.listen-address=")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus-alertmanager is installed by tests/run.sh"),
+    let _am = daemon(
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", dir.path().join("am.yml").display()),
+            format!("--storage.path={}", dir.path().join("am").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ],
     );
     let rules = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules.yaml"),
@@ -223,22 +227,17 @@ fn a_faithfulness_drop_in_one_stratum_pages_and_recovers() {
         format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\nalerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\"127.0.0.1:{am_port}\"]\nscrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n", rw.addr),
     )
     .unwrap();
-    let _prom = Killed(
-        Command::new("prometheus")
-            .arg(format!(
+    let _prom = daemon(
+        "prometheus",
+        &[
+            format!(
                 "--config.file={}",
                 dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--rules.alert.resend-delay=1s")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus is installed by tests/run.sh"),
+            ),
+            format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
+            format!("--web.listen-address=127.0.0.1:{prom_port}"),
+            "--rules.alert.resend-delay=1s".into(),
+        ],
     );
 
     // Healthy phase: the recording rules fill in, and nothing pages.

@@ -31,7 +31,7 @@ use super::{Citations, JudgeKind, Verdict, clean_score};
 use crate::config::{Config, FaithfulnessMode, LlmConfig};
 use crate::metrics::Metrics;
 use crate::trace::Trace;
-use prompt::{ClaimsOutput, FaithfulnessOutput, RelevancyOutput};
+use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt, RelevancyOutput};
 
 /// Raw outputs and usage of one trace's calls, kept for the verdict record.
 #[derive(Debug, Default)]
@@ -297,28 +297,13 @@ impl LlmJudge {
         let claims = match self.config.faithfulness_mode {
             FaithfulnessMode::OneCall => {
                 let out: FaithfulnessOutput = self
-                    .call(
-                        &prompt::faithfulness_system(),
-                        &prompt::faithfulness_user(trace),
-                        "faithfulness",
-                        &prompt::faithfulness_schema(),
-                        deadline,
-                        log,
-                    )
+                    .call(&Prompt::faithfulness(trace), deadline, log)
                     .await?;
                 out.claims
             }
             FaithfulnessMode::TwoCall => {
-                let extracted: ClaimsOutput = self
-                    .call(
-                        &prompt::claims_system(),
-                        &prompt::answer_user(trace),
-                        "claims",
-                        &prompt::claims_schema(),
-                        deadline,
-                        log,
-                    )
-                    .await?;
+                let extracted: ClaimsOutput =
+                    self.call(&Prompt::claims(trace), deadline, log).await?;
                 let wanted: Vec<String> = extracted
                     .claims
                     .into_iter()
@@ -328,14 +313,7 @@ impl LlmJudge {
                     Vec::new()
                 } else {
                     let verified: FaithfulnessOutput = self
-                        .call(
-                            &prompt::verify_system(),
-                            &prompt::verify_user(trace, &wanted),
-                            "faithfulness",
-                            &prompt::faithfulness_schema(),
-                            deadline,
-                            log,
-                        )
+                        .call(&Prompt::verify(trace, &wanted), deadline, log)
                         .await?;
                     if verified.claims.len() != wanted.len() {
                         return Err(LlmError::Parse(format!(
@@ -354,14 +332,7 @@ impl LlmJudge {
             .collect();
         let n = self.config.relevancy_questions;
         let rel: RelevancyOutput = self
-            .call(
-                &prompt::relevancy_system(n),
-                &prompt::answer_user(trace),
-                "relevancy",
-                &prompt::relevancy_schema(),
-                deadline,
-                log,
-            )
+            .call(&Prompt::relevancy(trace, n), deadline, log)
             .await?;
         let questions: Vec<_> = rel
             .questions
@@ -397,21 +368,25 @@ impl LlmJudge {
     /// reported usage; a `length` finish is retried once with twice the token limit.
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
-        system: &str,
-        user: &str,
-        schema_name: &str,
-        schema: &Value,
+        prompt: &Prompt,
         deadline: tokio::time::Instant,
         log: &mut CallLog,
     ) -> Result<T, LlmError> {
         let mut max_tokens = self.config.max_output_tokens;
         for attempt in 0..2 {
-            let estimate = (system.len() + user.len()) as u64 / 3 + 32 + max_tokens;
+            let estimate = (prompt.system.len() + prompt.user.len()) as u64 / 3 + 32 + max_tokens;
             let charge = self.budget.try_charge(estimate).ok_or(LlmError::Budget)?;
             log.calls += 1;
             let out = self
                 .client
-                .chat(system, user, schema_name, schema, max_tokens, deadline)
+                .chat(
+                    &prompt.system,
+                    &prompt.user,
+                    prompt.schema_name,
+                    &prompt.schema,
+                    max_tokens,
+                    deadline,
+                )
                 .await?;
             self.budget.reconcile(charge, out.usage.total());
             log.usage.prompt_tokens += out.usage.prompt_tokens;

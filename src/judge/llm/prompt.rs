@@ -193,6 +193,61 @@ pub fn relevancy_schema() -> Value {
     })
 }
 
+/// One chat request: the instructions, the fenced data, and the schema its answer must follow.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    /// System message.
+    pub system: String,
+    /// User message (the fenced data).
+    pub user: String,
+    /// Name of the response schema.
+    pub schema_name: &'static str,
+    /// The JSON schema of the answer.
+    pub schema: Value,
+}
+
+impl Prompt {
+    /// One-call faithfulness: extract claims and judge them.
+    pub fn faithfulness(trace: &Trace) -> Prompt {
+        Prompt {
+            system: faithfulness_system(),
+            user: faithfulness_user(trace),
+            schema_name: "faithfulness",
+            schema: faithfulness_schema(),
+        }
+    }
+
+    /// Two-call form, first call: extract claims.
+    pub fn claims(trace: &Trace) -> Prompt {
+        Prompt {
+            system: claims_system(),
+            user: answer_user(trace),
+            schema_name: "claims",
+            schema: claims_schema(),
+        }
+    }
+
+    /// Two-call form, second call: judge the given claims.
+    pub fn verify(trace: &Trace, claims: &[String]) -> Prompt {
+        Prompt {
+            system: verify_system(),
+            user: verify_user(trace, claims),
+            schema_name: "faithfulness",
+            schema: faithfulness_schema(),
+        }
+    }
+
+    /// Relevancy: `n` generated questions with noncommittal flags.
+    pub fn relevancy(trace: &Trace, n: u32) -> Prompt {
+        Prompt {
+            system: relevancy_system(n),
+            user: answer_user(trace),
+            schema_name: "relevancy",
+            schema: relevancy_schema(),
+        }
+    }
+}
+
 /// Parses model output into `T`: strictly first; then, for servers without structured output, the
 /// outermost `{...}` of the text (models like to wrap JSON in prose or code fences). Both paths go
 /// through the same typed, `deny_unknown_fields` validation.
