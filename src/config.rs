@@ -300,6 +300,11 @@ pub struct LlmConfig {
     /// One call or RAGAS's two calls for faithfulness.
     #[serde(default = "default_faithfulness_mode")]
     pub faithfulness_mode: FaithfulnessMode,
+    /// Also ask, in the faithfulness call that already carries the contexts, whether each context
+    /// is relevant to the question: RAGAS context precision without reference, for a few output
+    /// tokens per context.
+    #[serde(default = "default_true")]
+    pub context_relevance: bool,
     /// Questions generated for answer relevancy.
     #[serde(default = "default_relevancy_questions")]
     pub relevancy_questions: u32,

@@ -171,14 +171,7 @@ pub fn retrieval_scores(
             .sum()
     };
     all.sort_by(|a, b| b.total_cmp(a));
-    let mut ap = 0.0;
-    let mut found = 0.0;
-    for (i, g) in grades.iter().enumerate() {
-        if *g > 0.0 {
-            found += 1.0;
-            ap += found / (i + 1) as f64;
-        }
-    }
+    let (ap, _) = precision_sum(grades.iter().map(|g| *g > 0.0));
     Some(RetrievalScores {
         recall_at: ks.iter().map(|&k| (k, hits(k) / total as f64)).collect(),
         precision_at: ks.iter().map(|&k| (k, hits(k) / k.max(1) as f64)).collect(),
@@ -202,6 +195,31 @@ pub fn retrieval_scores(
             .map_or(0.0, |i| 1.0 / (i + 1) as f64),
         average_precision: ap / total as f64,
     })
+}
+
+/// Sum of precision@k over the relevant ranks k, and how many were relevant: the numerator of
+/// average precision.
+fn precision_sum(relevant: impl Iterator<Item = bool>) -> (f64, usize) {
+    let (mut sum, mut found) = (0.0, 0usize);
+    for (i, hit) in relevant.enumerate() {
+        if hit {
+            found += 1;
+            sum += found as f64 / (i + 1) as f64;
+        }
+    }
+    (sum, found)
+}
+
+/// Context precision without reference, as RAGAS computes it from one relevance verdict per
+/// retrieved context (rank order): the mean of precision@k over the ranks k that hold a relevant
+/// context, so a useful context at rank 1 counts more than at rank 5. 0 when none is relevant;
+/// `None` when nothing was retrieved.
+pub fn context_precision(verdicts: &[bool]) -> Option<f64> {
+    if verdicts.is_empty() {
+        return None;
+    }
+    let (sum, found) = precision_sum(verdicts.iter().copied());
+    Some(if found == 0 { 0.0 } else { sum / found as f64 })
 }
 
 /// The p-th percentile (0..=100) by nearest rank; `None` for no values.
@@ -262,5 +280,16 @@ mod retrieval_tests {
         assert_eq!(percentile(&mut v, 50.0), Some(3.0));
         assert_eq!(percentile(&mut v, 95.0), Some(5.0));
         assert_eq!(percentile(&mut [], 50.0), None);
+    }
+
+    #[test]
+    fn context_precision_weights_rank() {
+        assert_eq!(context_precision(&[]), None);
+        assert_eq!(context_precision(&[false, false]), Some(0.0));
+        assert_eq!(context_precision(&[true, false, false]), Some(1.0));
+        assert_eq!(context_precision(&[false, true]), Some(0.5));
+        // [1, 0, 1]: (1/1 + 2/3) / 2
+        let v = context_precision(&[true, false, true]).unwrap();
+        assert!((v - 5.0 / 6.0).abs() < 1e-12);
     }
 }

@@ -27,6 +27,8 @@ pub struct VerdictRecord<'a> {
     pub faithfulness: Option<f64>,
     /// Answer relevancy score.
     pub answer_relevancy: Option<f64>,
+    /// Context relevance (context precision without reference) score.
+    pub context_relevance: Option<f64>,
     /// The judge.
     pub judge: &'static str,
     /// `judged`, `no_claims` or `rejected`.
@@ -60,6 +62,10 @@ pub struct StratumSummary {
     pub relevancy_sum: f64,
     /// Traces with a relevancy score.
     pub relevancy_n: u64,
+    /// Sum of context relevance scores.
+    pub context_relevance_sum: f64,
+    /// Traces with a context relevance score.
+    pub context_relevance_n: u64,
     /// Labelled scores for AUROC.
     #[serde(skip)]
     pub labelled: Vec<(f64, bool)>,
@@ -91,6 +97,10 @@ impl StratumSummary {
         put(
             "answer_relevancy".into(),
             mean(self.relevancy_sum, self.relevancy_n),
+        );
+        put(
+            "context_relevance".into(),
+            mean(self.context_relevance_sum, self.context_relevance_n),
         );
         put(
             "refusal_ratio".into(),
@@ -126,6 +136,8 @@ impl StratumSummary {
         self.faithfulness_sum += o.faithfulness_sum;
         self.relevancy_sum += o.relevancy_sum;
         self.relevancy_n += o.relevancy_n;
+        self.context_relevance_sum += o.context_relevance_sum;
+        self.context_relevance_n += o.context_relevance_n;
         self.labelled.extend_from_slice(&o.labelled);
         self.retrieval.extend(o.retrieval.iter().cloned());
         self.tokens.extend_from_slice(&o.tokens);
@@ -262,6 +274,7 @@ fn write_record(
                 stratum: None,
                 faithfulness: None,
                 answer_relevancy: None,
+                context_relevance: None,
                 judge: "offline",
                 status: "rejected",
                 reason: Some(e.reason.as_str()),
@@ -280,6 +293,7 @@ fn write_record(
                 stratum: Some(stratum),
                 faithfulness: None,
                 answer_relevancy: None,
+                context_relevance: None,
                 judge: "llm",
                 status: "skipped",
                 reason: eval.skipped,
@@ -313,6 +327,10 @@ fn write_record(
                 s.relevancy_sum += r;
                 s.relevancy_n += 1;
             }
+            if let Some(r) = verdict.context_relevance {
+                s.context_relevance_sum += r;
+                s.context_relevance_n += 1;
+            }
             match verdict.faithfulness {
                 Some(f) => {
                     s.scored += 1;
@@ -329,6 +347,7 @@ fn write_record(
                 stratum: Some(stratum),
                 faithfulness: verdict.faithfulness,
                 answer_relevancy: verdict.answer_relevancy,
+                context_relevance: verdict.context_relevance,
                 judge: verdict.judge.name(),
                 status: if verdict.faithfulness.is_some() {
                     "judged"
@@ -367,7 +386,7 @@ impl Summary {
     pub fn table(&self) -> String {
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
         let mut t = format!(
-            "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+            "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>7} {:>9} {:>7}\n",
             "stratum",
             "traces",
             "scored",
@@ -376,6 +395,7 @@ impl Summary {
             "refusals",
             "faithful",
             "relevancy",
+            "ctx_rel",
             "auroc",
             "precision",
             "recall"
@@ -383,7 +403,7 @@ impl Summary {
         for (name, s) in &self.strata {
             let (scores, labels): (Vec<f64>, Vec<bool>) = s.labelled.iter().copied().unzip();
             t.push_str(&format!(
-                "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>9} {:>7}\n",
+                "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>7} {:>9} {:>7}\n",
                 name,
                 s.traces,
                 s.scored,
@@ -392,6 +412,8 @@ impl Summary {
                 s.refusals,
                 fmt((s.scored > 0).then(|| s.faithfulness_sum / s.scored as f64)),
                 fmt((s.relevancy_n > 0).then(|| s.relevancy_sum / s.relevancy_n as f64)),
+                fmt((s.context_relevance_n > 0)
+                    .then(|| s.context_relevance_sum / s.context_relevance_n as f64)),
                 fmt(auroc(&scores, &labels)),
                 fmt(s.confusion.precision()),
                 fmt(s.confusion.recall()),

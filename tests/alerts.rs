@@ -293,6 +293,19 @@ fn a_faithfulness_drop_in_one_stratum_pages_and_recovers() {
             .sum("ragwatch_diagnosis", &[("stratum", "head")]),
         0.0
     );
+    // ... and the diagnosis alert carries the stage to the receiver.
+    wait_for(
+        "the diagnosis alert naming generation for tail",
+        Duration::from_secs(60),
+        || {
+            alerts(&seen).into_iter().find(|(status, labels, _)| {
+                status == "firing"
+                    && labels["alertname"] == "RagwatchDiagnosis"
+                    && labels["stratum"] == "tail"
+                    && labels["stage"] == "generation"
+            })
+        },
+    );
     assert_eq!(fired.1["metric"], "faithfulness");
     assert_eq!(fired.1["severity"], "page");
     assert!(

@@ -82,6 +82,9 @@ fn known_cases() -> Vec<String> {
         trace("contra", "The museum opens at 10 every day."),
         trace("refusal", "I'm sorry, the documents do not contain that."),
         trace("empty", "Yes."),
+        json!({"trace_id": "ranked", "query": "When does the museum open?", "stratum": "head",
+            "contexts": ["Parking costs 4 euros per hour.", CTX], "answer": "The museum opens at 9."})
+        .to_string(),
     ]
 }
 
@@ -89,11 +92,18 @@ fn known_cases() -> Vec<String> {
 fn known_cases_score_correctly_in_both_forms_and_records_keep_raw_output() {
     let server = FakeOpenAi::start();
     let mut tokens = Vec::new();
-    for mode in ["one_call", "two_call"] {
-        let s = setup(&server, &format!("faithfulness_mode = \"{mode}\""));
+    for mode in ["one_call", "two_call", "json_mode"] {
+        // JSON mode: servers without structured output get the schema in the prompt.
+        let s = setup(
+            &server,
+            &match mode {
+                "json_mode" => "json_schema = false".to_owned(),
+                _ => format!("faithfulness_mode = \"{mode}\""),
+            },
+        );
         let before = server.tokens_billed();
         let (records, _) = replay(&s, &known_cases());
-        tokens.push((mode, (server.tokens_billed() - before) as f64 / 5.0));
+        tokens.push((mode, (server.tokens_billed() - before) as f64 / 6.0));
         assert_eq!(by_id(&records, "all")["faithfulness"], 1.0, "{mode}");
         assert_eq!(by_id(&records, "half")["faithfulness"], 0.5, "{mode}");
         let contra = by_id(&records, "contra");
@@ -105,6 +115,16 @@ fn known_cases_score_correctly_in_both_forms_and_records_keep_raw_output() {
         let empty = by_id(&records, "empty");
         assert_eq!(empty["status"], "no_claims");
         assert!(empty["faithfulness"].is_null(), "no claims is not a score");
+        // Context relevance, from the same call that judges the claims: a relevant context at rank 1
+        // scores 1; behind an irrelevant one, precision@2 = 0.5.
+        assert_eq!(by_id(&records, "all")["context_relevance"], 1.0, "{mode}");
+        let ranked = by_id(&records, "ranked");
+        assert_eq!(ranked["context_relevance"], 0.5, "{mode}");
+        assert_eq!(ranked["faithfulness"], 1.0, "{mode}");
+        assert_eq!(
+            ranked["details"]["details"]["contexts_relevant"],
+            json!([false, true])
+        );
         // Relevancy: an on-topic answer scores above an off-topic one.
         assert!(by_id(&records, "all")["answer_relevancy"].as_f64().unwrap() > 0.3);
         // Verdict records: raw outputs, usage, model; never the key.

@@ -1,7 +1,8 @@
 //! A real HTTP server on loopback that speaks the OpenAI chat-completions and embeddings API, standing
 //! in for the judge model. Its "model" is a deterministic rule: a claim is supported when every word of
 //! four letters or more appears in the contexts, contradicted when it carries a number the contexts do
-//! not have, else unsupported. Faults are scripted per request: 429 with Retry-After, 500, a delay,
+//! not have, else unsupported; a context is relevant when it shares a word of five letters or more
+//! with the question. Faults are scripted per request: 429 with Retry-After, 500, a delay,
 //! malformed JSON, a truncated (`finish_reason = "length"`) answer.
 
 #![allow(dead_code)]
@@ -198,10 +199,13 @@ async fn chat(
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let schema = body["response_format"]["json_schema"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    // JSON mode (no schema in response_format): the schema is in the system prompt.
+    let schema = match body["response_format"]["json_schema"]["name"].as_str() {
+        Some(name) => name.to_owned(),
+        None if system.contains("\"noncommittal\"") => "relevancy".to_owned(),
+        None if system.contains("\"verdict\"") => "faithfulness".to_owned(),
+        None => "claims".to_owned(),
+    };
     let contexts = between(&user, "<context", "</context>").join(" ");
     let answer = between(&user, "<answer", "</answer>")
         .first()
@@ -219,7 +223,26 @@ async fn chat(
                 .iter()
                 .map(|c| json!({"claim": c, "verdict": verdict(c, &contexts)}))
                 .collect();
-            json!({"claims": items}).to_string()
+            let asked = body["response_format"]["json_schema"]["schema"]["properties"]["contexts"]
+                .is_object()
+                || system.contains("Also judge each context");
+            if asked {
+                let question: Vec<String> = between(&user, "<question", "</question>")
+                    .first()
+                    .map(|q| words(q).into_iter().filter(|w| w.len() >= 5).collect())
+                    .unwrap_or_default();
+                let rated: Vec<Value> = between(&user, "<context", "</context>")
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let relevant = words(c).iter().any(|w| question.contains(w));
+                        json!({"n": i + 1, "relevant": relevant})
+                    })
+                    .collect();
+                json!({"claims": items, "contexts": rated}).to_string()
+            } else {
+                json!({"claims": items}).to_string()
+            }
         }
         "claims" => json!({"claims": sentences(&answer)}).to_string(),
         "relevancy" => {

@@ -169,10 +169,19 @@ impl LlmClient {
         max_tokens: u64,
         deadline: Instant,
     ) -> Result<ChatOutput, LlmError> {
-        let response_format = if self.config.json_schema {
-            json!({"type": "json_schema", "json_schema": {"name": schema_name, "strict": true, "schema": schema}})
+        // Without structured output the server cannot see the schema, so the prompt carries it.
+        let (response_format, system) = if self.config.json_schema {
+            (
+                json!({"type": "json_schema", "json_schema": {"name": schema_name, "strict": true, "schema": schema}}),
+                std::borrow::Cow::Borrowed(system),
+            )
         } else {
-            json!({"type": "json_object"})
+            (
+                json!({"type": "json_object"}),
+                std::borrow::Cow::Owned(format!(
+                    "{system}\nThe reply is one JSON object that follows this JSON schema: {schema}"
+                )),
+            )
         };
         let mut body = json!({
             "model": self.config.chat_model,

@@ -44,6 +44,8 @@ struct CallLog {
 /// What the calls for one trace established.
 struct Judgement {
     claims: Vec<JudgedClaim>,
+    /// Relevance of each context in rank order, when asked for.
+    contexts: Option<Vec<bool>>,
     relevancy: Option<f64>,
     questions: Vec<prompt::GeneratedQuestion>,
 }
@@ -210,6 +212,7 @@ impl LlmJudge {
                 "trace_id": trace.trace_id, "status": status, "judge_model": Self::model_id(&self.config),
                 "faithfulness": verdict.and_then(|v| v.faithfulness),
                 "answer_relevancy": verdict.and_then(|v| v.answer_relevancy),
+                "context_relevance": verdict.and_then(|v| v.context_relevance),
                 "details": verdict.map(|v| &v.details), "raw": log.raw, "usage": log.usage,
                 "calls": log.calls, "latency_ms": latency_ms,
             })
@@ -217,6 +220,7 @@ impl LlmJudge {
         match result {
             Ok(Judgement {
                 claims,
+                contexts,
                 relevancy,
                 questions,
             }) => {
@@ -238,8 +242,12 @@ impl LlmJudge {
                     refusal,
                     uncertain: false,
                     citations: Citations::default(),
-                    context_relevance: None,
+                    context_relevance: contexts
+                        .as_deref()
+                        .and_then(crate::eval::context_precision)
+                        .and_then(clean_score),
                     details: json!({
+                        "contexts_relevant": contexts,
                         "judge_model": Self::model_id(&self.config),
                         "mode": self.config.faithfulness_mode,
                         "claims": claims,
@@ -294,11 +302,23 @@ impl LlmJudge {
         deadline: tokio::time::Instant,
         log: &mut CallLog,
     ) -> Result<Judgement, LlmError> {
+        let rate_contexts = self.config.context_relevance && !trace.contexts.is_empty();
+        let mut contexts = None;
+        let mut keep_context_verdicts = |out: &FaithfulnessOutput| -> Result<(), LlmError> {
+            if rate_contexts {
+                contexts = Some(
+                    out.context_verdicts(trace.contexts.len())
+                        .map_err(LlmError::Parse)?,
+                );
+            }
+            Ok(())
+        };
         let claims = match self.config.faithfulness_mode {
             FaithfulnessMode::OneCall => {
                 let out: FaithfulnessOutput = self
-                    .call(&Prompt::faithfulness(trace), deadline, log)
+                    .call(&Prompt::faithfulness(trace, rate_contexts), deadline, log)
                     .await?;
+                keep_context_verdicts(&out)?;
                 out.claims
             }
             FaithfulnessMode::TwoCall => {
@@ -309,12 +329,17 @@ impl LlmJudge {
                     .into_iter()
                     .filter(|c| !c.trim().is_empty())
                     .collect();
-                if wanted.is_empty() {
+                if wanted.is_empty() && !rate_contexts {
                     Vec::new()
                 } else {
                     let verified: FaithfulnessOutput = self
-                        .call(&Prompt::verify(trace, &wanted), deadline, log)
+                        .call(
+                            &Prompt::verify(trace, &wanted, rate_contexts),
+                            deadline,
+                            log,
+                        )
                         .await?;
+                    keep_context_verdicts(&verified)?;
                     if verified.claims.len() != wanted.len() {
                         return Err(LlmError::Parse(format!(
                             "{} verdicts for {} claims",
@@ -359,6 +384,7 @@ impl LlmJudge {
         };
         Ok(Judgement {
             claims,
+            contexts,
             relevancy: score,
             questions,
         })
