@@ -363,6 +363,11 @@ pub struct BudgetConfig {
     /// Tokens per day.
     #[serde(default = "default_tpd")]
     pub tokens_per_day: u64,
+    /// Share of every limit that only priority traces may spend: each stratum's guaranteed
+    /// `sample.min_per_window` samples (and canaries). Head traffic sampled by rate stops at the
+    /// reserve, so small strata such as out-of-scope still get judged when the budget runs short.
+    #[serde(default = "default_reserve_ratio")]
+    pub reserve_ratio: f64,
 }
 
 /// Judges and their bounded work queue.
@@ -627,6 +632,9 @@ fn default_tpm() -> u64 {
 fn default_tpd() -> u64 {
     20_000_000
 }
+fn default_reserve_ratio() -> f64 {
+    0.2
+}
 fn default_context_rule() -> DriftRule {
     DriftRule {
         floor: 0.3,
@@ -800,6 +808,9 @@ impl Config {
         for (stratum, rate) in &self.sample.rates {
             check_ratio(&format!("sample.rates.{stratum}"), *rate)?;
             self.check_stratum(&format!("sample.rates.{stratum}"), stratum)?;
+        }
+        if !(0.0..1.0).contains(&self.budget.reserve_ratio) {
+            return Err(invalid("budget.reserve_ratio", "must be in [0, 1)".into()));
         }
         if !(self.sample.uncertain_boost >= 1.0 && self.sample.uncertain_boost.is_finite()) {
             return Err(invalid("sample.uncertain_boost", "must be >= 1".into()));

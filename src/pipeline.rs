@@ -13,7 +13,7 @@ use crate::config::{Config, SampledJudge};
 use crate::events;
 use crate::judge::{JudgeKind, Metric, OfflineJudge, Verdict};
 use crate::metrics::Metrics;
-use crate::sample::{Sampler, Stratifier, StratumId};
+use crate::sample::{Sampler, SamplerDecision, Stratifier, StratumId};
 use crate::trace::{DecodeError, Decoder, Trace};
 use crate::window::Windows;
 
@@ -48,6 +48,8 @@ pub struct JudgeJob {
     pub offline: Verdict,
     /// Where to report completion, if the source tracks offsets.
     pub position: Option<Position>,
+    /// Sampled to meet its stratum's minimum per window: may spend the budget's reserve.
+    pub priority: bool,
 }
 
 /// The result of evaluating one message with the offline judge.
@@ -257,6 +259,7 @@ impl Pipeline {
             stratum,
             offline: verdict,
             position,
+            priority: decision == SamplerDecision::Minimum,
         };
         match tx.try_send(job) {
             Ok(()) => {

@@ -241,7 +241,7 @@ pub async fn replay(
 async fn judge_batch(judge: &LlmJudge, batch: &mut [(Evaluation, u64)]) {
     let results = futures::future::join_all(batch.iter().map(|(eval, _)| async move {
         match &eval.trace {
-            Ok(t) => Some(judge.judge(t).await),
+            Ok(t) => Some(judge.judge(t, false).await),
             Err(_) => None,
         }
     }))

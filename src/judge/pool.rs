@@ -34,10 +34,10 @@ impl PoolJudge {
         }
     }
 
-    async fn judge(&self, trace: &crate::trace::Trace) -> Result<Verdict, LlmError> {
+    async fn judge(&self, job: &JudgeJob) -> Result<Verdict, LlmError> {
         match self {
-            PoolJudge::Offline(j) => Ok(j.judge(trace)),
-            PoolJudge::Llm(j) => j.judge(trace).await,
+            PoolJudge::Offline(j) => Ok(j.judge(&job.trace)),
+            PoolJudge::Llm(j) => j.judge(&job.trace, job.priority).await,
         }
     }
 }
@@ -81,7 +81,7 @@ pub async fn run_pool(
             let kind = judge.kind().name();
             let verdict = tokio::select! {
                 _ = abandon.cancelled() => None,
-                v = judge.judge(&job.trace) => Some(v),
+                v = judge.judge(&job) => Some(v),
             };
             let m = &shared.metrics;
             m.judge_duration

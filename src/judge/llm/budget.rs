@@ -7,6 +7,10 @@
 //!   call (prompt characters / 3 + the `max_tokens` sent) and refunded with the difference once the
 //!   API reports its usage. Since the estimate bounds the real cost, the spend never exceeds the limit.
 //!
+//! A `reserve_ratio` of every limit is kept for priority calls (each stratum's guaranteed samples):
+//! ordinary calls stop where the reserve starts, so head traffic cannot spend the budget that small
+//! strata need to be judged in every window.
+//!
 //! Generic over the clock so tests drive time with governor's fake clock.
 
 use std::sync::Mutex;
@@ -72,7 +76,10 @@ pub struct Budget<C: Clock = DefaultClock> {
 
 struct State<C: Clock> {
     share: f64,
+    /// All requests, priority or not.
     requests: Option<Limiter<C>>,
+    /// Ordinary requests: the limit less the reserve.
+    open_requests: Option<Limiter<C>>,
     minute: Bucket,
     day: Bucket,
 }
@@ -102,6 +109,11 @@ impl<C: Clock + Clone> Budget<C> {
         let state = State {
             share: 1.0,
             requests: limiter(config.requests_per_minute, 1.0, clock.clone()),
+            open_requests: limiter(
+                config.requests_per_minute,
+                1.0 - config.reserve_ratio,
+                clock.clone(),
+            ),
             minute: Bucket::new(config.tokens_per_minute as f64, MINUTE),
             day: Bucket::new(config.tokens_per_day as f64, DAY),
         };
@@ -131,6 +143,11 @@ impl<C: Clock + Clone> Budget<C> {
         }
         s.share = share;
         s.requests = limiter(self.config.requests_per_minute, share, self.clock.clone());
+        s.open_requests = limiter(
+            self.config.requests_per_minute,
+            share * (1.0 - self.config.reserve_ratio),
+            self.clock.clone(),
+        );
         s.minute
             .rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
         s.day
@@ -142,14 +159,27 @@ impl<C: Clock + Clone> Budget<C> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).share
     }
 
-    /// Reserves one request and `estimate` tokens, or refuses without side effects.
-    pub fn try_charge(&self, estimate: u64) -> Option<Charge> {
+    /// Reserves one request and `estimate` tokens, or refuses. A `priority` call may spend the
+    /// reserve; an ordinary one must leave it untouched.
+    pub fn try_charge(&self, estimate: u64, priority: bool) -> Option<Charge> {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);
         s.day.refill(now);
         let need = estimate as f64;
-        if s.minute.tokens < need || s.day.tokens < need {
+        let keep = if priority {
+            0.0
+        } else {
+            self.config.reserve_ratio
+        };
+        if s.minute.tokens - need < keep * s.minute.capacity
+            || s.day.tokens - need < keep * s.day.capacity
+        {
+            return None;
+        }
+        // An ordinary call passes the open limiter first; a cell it takes there while the total
+        // limiter then refuses only errs towards spending less.
+        if !priority && s.open_requests.as_ref().is_none_or(|l| l.check().is_err()) {
             return None;
         }
         match &s.requests {
@@ -199,7 +229,102 @@ mod tests {
             requests_per_minute: rpm,
             tokens_per_minute: tpm,
             tokens_per_day: tpd,
+            reserve_ratio: 0.0,
         }
+    }
+
+    #[test]
+    fn ordinary_calls_leave_the_reserve_to_priority_calls() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(
+            &BudgetConfig {
+                reserve_ratio: 0.3,
+                ..config(10, 1000, 100_000)
+            },
+            clock,
+        );
+        let mut ordinary = 0;
+        while let Some(c) = b.try_charge(100, false) {
+            ordinary += c.tokens;
+        }
+        assert_eq!(ordinary, 700, "ordinary calls stop at the 30% reserve");
+        let mut priority = 0;
+        while let Some(c) = b.try_charge(100, true) {
+            priority += c.tokens;
+        }
+        assert_eq!(priority, 300, "priority calls spend the reserve, then stop");
+    }
+
+    #[test]
+    fn ordinary_requests_leave_reserved_requests() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(
+            &BudgetConfig {
+                reserve_ratio: 0.5,
+                ..config(10, 1_000_000, 1_000_000)
+            },
+            clock,
+        );
+        let ordinary = (0..20).filter(|_| b.try_charge(1, false).is_some()).count();
+        let priority = (0..20).filter(|_| b.try_charge(1, true).is_some()).count();
+        assert_eq!((ordinary, priority), (5, 5));
+    }
+
+    /// A head stratum floods the judge at 50 sampled traces a minute against a budget for 20; a
+    /// small stratum sends 3 a minute, each guaranteed by the sampler's minimum. Over an hour every
+    /// small-stratum trace is judged, and head gets the rest.
+    #[test]
+    fn a_flooding_stratum_does_not_starve_a_small_one() {
+        use crate::config::SampleConfig;
+        use crate::sample::{Sampler, SamplerDecision};
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(
+            &BudgetConfig {
+                reserve_ratio: 0.2,
+                ..config(1000, 20_000, 100_000_000)
+            },
+            clock.clone(),
+        );
+        let mut sample = SampleConfig {
+            default_rate: 0.0,
+            min_per_window: 3,
+            min_window_secs: 60,
+            ..SampleConfig::default()
+        };
+        sample.rates.insert("head".into(), 1.0);
+        let mut sampler = Sampler::new(&sample, &["head".into(), "out_of_scope".into()]);
+        let (mut head, mut small, mut small_sampled) = (0, 0, 0);
+        for minute in 0..60u64 {
+            for i in 0..60u64 {
+                let now = minute * 60 + i;
+                // head: about one a second; the small stratum: one every 20 s.
+                for (stratum, id) in [(0, format!("h{now}")), (1, format!("s{now}"))] {
+                    if stratum == 1 && i % 20 != 0 {
+                        continue;
+                    }
+                    let d = sampler.decide(stratum, &id, now, false);
+                    if !d.sampled() {
+                        continue;
+                    }
+                    small_sampled += stratum;
+                    if let Some(c) = b.try_charge(1000, d == SamplerDecision::Minimum) {
+                        b.reconcile(c, 1000);
+                        if stratum == 0 {
+                            head += 1;
+                        } else {
+                            small += 1;
+                        }
+                    }
+                }
+                clock.advance(Duration::from_secs(1));
+            }
+        }
+        assert_eq!(small_sampled, 180);
+        assert_eq!(
+            small, 180,
+            "every guaranteed small-stratum sample was judged"
+        );
+        assert!(head >= 60 * 15, "head used the rest: {head}");
     }
 
     #[test]
@@ -207,7 +332,7 @@ mod tests {
         let clock = FakeRelativeClock::default();
         let b = Budget::with_clock(&config(1000, 1000, 100_000), clock.clone());
         let mut spent = 0;
-        while let Some(c) = b.try_charge(300) {
+        while let Some(c) = b.try_charge(300, false) {
             spent += c.tokens;
         }
         assert_eq!(
@@ -215,29 +340,35 @@ mod tests {
             "three calls of 300 fit in 1000, a fourth would not"
         );
         clock.advance(Duration::from_secs(30));
-        assert!(b.try_charge(300).is_some(), "half a minute refills 500");
+        assert!(
+            b.try_charge(300, false).is_some(),
+            "half a minute refills 500"
+        );
     }
 
     #[test]
     fn reconcile_refunds_unused_tokens() {
         let clock = FakeRelativeClock::default();
         let b = Budget::with_clock(&config(1000, 1000, 100_000), clock);
-        let c = b.try_charge(800).unwrap();
-        assert!(b.try_charge(800).is_none());
+        let c = b.try_charge(800, false).unwrap();
+        assert!(b.try_charge(800, false).is_none());
         b.reconcile(c, 100);
         assert!((b.remaining_tokens() - 900.0).abs() < 1e-6);
-        assert!(b.try_charge(800).is_some());
+        assert!(b.try_charge(800, false).is_some());
     }
 
     #[test]
     fn request_rate_is_limited() {
         let clock = FakeRelativeClock::default();
         let b = Budget::with_clock(&config(6, 1_000_000, 1_000_000), clock.clone());
-        let n = (0..20).filter(|_| b.try_charge(1).is_some()).count();
+        let n = (0..20).filter(|_| b.try_charge(1, false).is_some()).count();
         assert_eq!(n, 6);
         clock.advance(Duration::from_secs(10));
-        assert!(b.try_charge(1).is_some(), "one request per 10 s comes back");
-        assert!(b.try_charge(1).is_none());
+        assert!(
+            b.try_charge(1, false).is_some(),
+            "one request per 10 s comes back"
+        );
+        assert!(b.try_charge(1, false).is_none());
     }
 
     #[test]
@@ -246,13 +377,13 @@ mod tests {
         let b = Budget::with_clock(&config(60, 1000, 100_000), clock.clone());
         b.set_share(1.0 / 3.0);
         let mut spent = 0;
-        while let Some(c) = b.try_charge(100) {
+        while let Some(c) = b.try_charge(100, false) {
             spent += c.tokens;
         }
         assert_eq!(spent, 300, "a third of 1000 tokens per minute");
         b.set_share(0.0);
         clock.advance(Duration::from_secs(120));
-        assert!(b.try_charge(1).is_none(), "no partitions, no spend");
+        assert!(b.try_charge(1, false).is_none(), "no partitions, no spend");
     }
 
     /// Over a simulated day with random call sizes and usage, the tokens actually used never exceed
@@ -268,7 +399,7 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let estimate = 100 + (x >> 33) % 900;
-            if let Some(c) = b.try_charge(estimate) {
+            if let Some(c) = b.try_charge(estimate, false) {
                 let actual = estimate * ((x >> 20) % 100) / 100;
                 used += actual;
                 b.reconcile(c, actual);

@@ -17,7 +17,7 @@ pub async fn agreement(judge: &LlmJudge, canaries: &[Trace], threshold: f64) -> 
     let mut agree = 0usize;
     let mut scored = 0usize;
     for c in canaries {
-        let (Some(label), Ok(v)) = (c.label_faithful, judge.judge_fresh(c).await) else {
+        let (Some(label), Ok(v)) = (c.label_faithful, judge.judge_fresh(c, true).await) else {
             continue;
         };
         if let Some(f) = v.faithfulness {

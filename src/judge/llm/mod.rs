@@ -33,12 +33,15 @@ use crate::metrics::Metrics;
 use crate::trace::Trace;
 use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt, RelevancyOutput};
 
-/// Raw outputs and usage of one trace's calls, kept for the verdict record.
+/// One trace's calls: whether they may spend the reserve, and their raw outputs and usage, kept for
+/// the verdict record.
 #[derive(Debug, Default)]
 struct CallLog {
     raw: Vec<String>,
     usage: Usage,
     calls: u32,
+    /// The calls may spend the budget's reserve.
+    priority: bool,
 }
 
 /// What the calls for one trace established.
@@ -182,21 +185,25 @@ impl LlmJudge {
         &self.budget
     }
 
-    /// Judges one trace. Every failure is an `LlmError` whose `kind()` is the outcome label.
-    pub async fn judge(&self, trace: &Trace) -> Result<Verdict, LlmError> {
+    /// Judges one trace. Every failure is an `LlmError` whose `kind()` is the outcome label. A
+    /// `priority` trace (a stratum's guaranteed sample) may spend the budget's reserve.
+    pub async fn judge(&self, trace: &Trace, priority: bool) -> Result<Verdict, LlmError> {
         if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
             return Ok(v);
         }
-        self.judge_fresh(trace).await
+        self.judge_fresh(trace, priority).await
     }
 
     /// Judges one trace without consulting the cache (canaries must reach the model).
-    pub async fn judge_fresh(&self, trace: &Trace) -> Result<Verdict, LlmError> {
+    pub async fn judge_fresh(&self, trace: &Trace, priority: bool) -> Result<Verdict, LlmError> {
         let key = VerdictCache::key(trace);
         let started = Instant::now();
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
-        let mut log = CallLog::default();
+        let mut log = CallLog {
+            priority,
+            ..CallLog::default()
+        };
         let result = self.judge_uncached(trace, deadline, &mut log).await;
         let latency_ms = started.elapsed().as_millis() as u64;
         let m = &self.metrics;
@@ -373,7 +380,10 @@ impl LlmJudge {
             let mut inputs: Vec<&str> = vec![trace.query.as_str()];
             inputs.extend(questions.iter().map(|q| q.question.as_str()));
             let estimate = inputs.iter().map(|s| s.len() as u64).sum::<u64>() / 3 + 16;
-            let charge = self.budget.try_charge(estimate).ok_or(LlmError::Budget)?;
+            let charge = self
+                .budget
+                .try_charge(estimate, log.priority)
+                .ok_or(LlmError::Budget)?;
             log.calls += 1;
             let (vectors, usage) = self.client.embed(&inputs, deadline).await?;
             self.budget.reconcile(charge, usage.total());
@@ -401,7 +411,10 @@ impl LlmJudge {
         let mut max_tokens = self.config.max_output_tokens;
         for attempt in 0..2 {
             let estimate = (prompt.system.len() + prompt.user.len()) as u64 / 3 + 32 + max_tokens;
-            let charge = self.budget.try_charge(estimate).ok_or(LlmError::Budget)?;
+            let charge = self
+                .budget
+                .try_charge(estimate, log.priority)
+                .ok_or(LlmError::Budget)?;
             log.calls += 1;
             let out = self
                 .client
