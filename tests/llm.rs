@@ -189,6 +189,16 @@ fn failures_are_counted_by_reason_never_scored() {
         server.state.max_tokens_seen.lock().unwrap()[..2],
         [100, 200]
     );
+    // A long answer truncated: the retry is sized to the answer, up to 8x the configured limit.
+    server.state.max_tokens_seen.lock().unwrap().clear();
+    server.script([Fault::Truncated]);
+    let long = "The museum opens at 9. ".repeat(130);
+    let (r, _) = replay(&s, &[trace("long", &long)]);
+    assert_eq!(r[0]["faithfulness"], 1.0);
+    assert_eq!(
+        server.state.max_tokens_seen.lock().unwrap()[..2],
+        [100, 800]
+    );
     // 500 on every attempt: http_error. A server slower than the timeout: timeout, and no hang.
     server.set_always(Some(Fault::ServerError));
     let (r, _) = replay(&s, &[trace("e", "The museum opens at 9.")]);

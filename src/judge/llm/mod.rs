@@ -401,7 +401,7 @@ impl LlmJudge {
     }
 
     /// One chat call under the budget: charge an upper-bound estimate, call, reconcile with the
-    /// reported usage; a `length` finish is retried once with twice the token limit.
+    /// reported usage; a `length` finish is retried once with a limit sized to the answer.
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
         prompt: &Prompt,
@@ -433,7 +433,10 @@ impl LlmJudge {
             log.raw.push(out.content.clone());
             if out.finish_reason == "length" {
                 if attempt == 0 {
-                    max_tokens *= 2;
+                    // Once more, with room for what this answer needs (at least twice the limit,
+                    // at most eight times the configured one).
+                    let ceiling = self.config.max_output_tokens.saturating_mul(8);
+                    max_tokens = (max_tokens * 2).max(prompt.output_hint * 2).min(ceiling);
                     continue;
                 }
                 return Err(LlmError::Truncated);

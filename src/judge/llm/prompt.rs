@@ -269,6 +269,15 @@ pub struct Prompt {
     pub schema_name: &'static str,
     /// The JSON schema of the answer.
     pub schema: Value,
+    /// Output tokens a complete answer is expected to need, from the size of the answer being
+    /// judged: the claims restate it, with a verdict each and one entry per context.
+    pub output_hint: u64,
+}
+
+/// Tokens to restate `answer` as claims with verdicts (about 3 bytes a token, plus per-claim JSON),
+/// and to give `contexts` verdicts.
+fn claims_hint(answer: &str, contexts: usize) -> u64 {
+    (answer.len() as u64 / 3) * 3 / 2 + 16 * contexts as u64 + 32
 }
 
 impl Prompt {
@@ -280,6 +289,10 @@ impl Prompt {
             user: faithfulness_user(trace, with_contexts),
             schema_name: "faithfulness",
             schema: faithfulness_schema(with_contexts),
+            output_hint: claims_hint(
+                &trace.answer,
+                usize::from(with_contexts) * trace.contexts.len(),
+            ),
         }
     }
 
@@ -290,6 +303,7 @@ impl Prompt {
             user: answer_user(trace),
             schema_name: "claims",
             schema: claims_schema(),
+            output_hint: claims_hint(&trace.answer, 0),
         }
     }
 
@@ -300,6 +314,8 @@ impl Prompt {
             user: verify_user(trace, claims, with_contexts),
             schema_name: "faithfulness",
             schema: faithfulness_schema(with_contexts),
+            output_hint: claims.iter().map(|c| c.len() as u64 / 3 + 12).sum::<u64>()
+                + claims_hint("", usize::from(with_contexts) * trace.contexts.len()),
         }
     }
 
@@ -310,6 +326,7 @@ impl Prompt {
             user: answer_user(trace),
             schema_name: "relevancy",
             schema: relevancy_schema(),
+            output_hint: 48 * u64::from(n) + 16,
         }
     }
 }
