@@ -25,6 +25,11 @@ if ! command -v kubernetes-validate >/dev/null; then
   echo "installing kubernetes-validate (PyPI)"
   python3 -m pip install -q kubernetes-validate
 fi
+# moto's S3-compatible server: durable storage for the broker that tests kill and restart.
+if ! python3 -c "import moto.server, flask" 2>/dev/null; then
+  echo "installing moto[server] (PyPI)"
+  python3 -m pip install -q "moto[server]"
+fi
 # kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
 command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
 

@@ -56,12 +56,68 @@ pub struct Broker {
     child: Child,
 }
 
+/// An S3-compatible object store on loopback (moto's server, from PyPI) with one bucket, `tansu`:
+/// storage that outlives a broker process, so a broker can be killed and restarted with its data.
+pub struct ObjectStore {
+    pub port: u16,
+    child: Child,
+}
+
+impl ObjectStore {
+    pub fn start() -> ObjectStore {
+        let port = free_port();
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto's server is installed (tests/run.sh installs it)");
+        let store = ObjectStore { port, child };
+        wait_for(
+            "the object store and its bucket",
+            Duration::from_secs(30),
+            || {
+                http_request(([127, 0, 0, 1], port).into(), "PUT", "/tansu")
+                    .filter(|(code, _)| *code == 200)
+            },
+        );
+        store
+    }
+}
+
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Broker {
     pub fn start() -> Broker {
         Self::start_on(free_port())
     }
 
     pub fn start_on(port: u16) -> Broker {
+        Self::spawn(port, "memory://tansu/", &[])
+    }
+
+    /// A broker that keeps its topics, records and group offsets in `store`.
+    pub fn start_persistent(port: u16, store: &ObjectStore) -> Broker {
+        let endpoint = format!("http://127.0.0.1:{}", store.port);
+        Self::spawn(
+            port,
+            "s3://tansu/",
+            &[
+                ("AWS_ENDPOINT", endpoint.as_str()),
+                ("AWS_ALLOW_HTTP", "true"),
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_DEFAULT_REGION", "us-east-1"),
+            ],
+        )
+    }
+
+    fn spawn(port: u16, storage: &str, env: &[(&str, &str)]) -> Broker {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(tansu_bin())
             .args([
@@ -71,8 +127,9 @@ impl Broker {
                 "--advertised-listener-url",
                 &url,
                 "--storage-engine",
-                "memory://tansu/",
+                storage,
             ])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -269,11 +326,16 @@ impl Drop for Ragwatch {
 
 /// A minimal HTTP/1.1 GET; returns status and body.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    http_request(addr, "GET", path)
+}
+
+/// A minimal HTTP/1.1 request without a body; returns status and body.
+pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut raw = String::new();
