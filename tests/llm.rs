@@ -388,3 +388,133 @@ fn cost_per_judged_trace_for_both_forms() {
     eprintln!("MEASURED tokens/trace and CPU ms/trace: {figures:?}");
     assert!(figures[0].1 < figures[1].1);
 }
+
+/// The judge API goes down for a minute under steady Kafka traffic: every connection to it is reset.
+/// The consumer keeps up (the offline judge scores everything), every sampled trace is accounted for
+/// as judged or skipped with a reason, judging resumes when the API returns, the budget holds, and
+/// SIGTERM still exits within the grace period.
+#[test]
+fn an_api_down_for_a_minute_under_live_traffic() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let server = FakeOpenAi::start();
+    let broker = Broker::start();
+    let topic = unique("outage");
+    broker.create_topic(&topic, 2);
+    let s = setup(
+        &server,
+        "max_attempts = 3\nbackoff_max_ms = 500\n[budget]\ntokens_per_minute = 60000\nrequests_per_minute = 600",
+    );
+    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
+    env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "0.05".into()));
+    env.push(("RAGWATCH__JUDGE__QUEUE_CAPACITY", "16".into()));
+    env.push(("RAGWATCH__SHUTDOWN__GRACE_SECS", "5".into()));
+    env.push(("RAGWATCH_LLM_API_KEY", "sk-test".into()));
+    let mut rw = Ragwatch::start(Path::new(&s.config), &env);
+    let started = Instant::now();
+
+    // Steady traffic: 40 traces a second until told to stop.
+    let produced = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (produced, stop, brokers, topic) = (
+            Arc::clone(&produced),
+            Arc::clone(&stop),
+            broker.brokers(),
+            topic.clone(),
+        );
+        std::thread::spawn(move || {
+            let traces = gen_traces(6000, &["--seed", "51"]);
+            for chunk in traces.chunks(20) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                produce(&brokers, &topic, chunk);
+                produced.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let metric = |name: &str, labels: &[(&str, &str)]| {
+        rw.metrics().map(|m| m.sum(name, labels)).unwrap_or(0.0)
+    };
+    let keeps_up = |what: &str| {
+        let behind =
+            produced.load(Ordering::Relaxed) as f64 - metric("ragwatch_traces_received_total", &[]);
+        assert!(behind < 400.0, "{what}: {behind} traces behind");
+        assert_eq!(http_get(rw.addr, "/livez").map(|r| r.0), Some(200));
+    };
+    wait_for(
+        "llm verdicts while healthy",
+        Duration::from_secs(60),
+        || (metric("ragwatch_traces_judged_total", &[("judge", "llm")]) >= 10.0).then_some(()),
+    );
+
+    server.set_down(true);
+    let skipped_before = metric(
+        "ragwatch_traces_skipped_total",
+        &[("reason", "judge_error")],
+    );
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_secs(10));
+        keeps_up("API down");
+    }
+    let judged_down = metric("ragwatch_traces_judged_total", &[("judge", "llm")]);
+    let skipped_down = metric(
+        "ragwatch_traces_skipped_total",
+        &[("reason", "judge_error")],
+    );
+    assert!(
+        skipped_down > skipped_before + 10.0,
+        "sampled traces are skipped with reason judge_error while the API is down"
+    );
+    assert!(server.state.connection_resets.load(Ordering::SeqCst) > 0);
+    let failed = metric(
+        "ragwatch_judge_requests_total",
+        &[("outcome", "http_error")],
+    ) + metric("ragwatch_judge_requests_total", &[("outcome", "timeout")]);
+    assert!(failed > 10.0, "failures counted by outcome: {failed}");
+
+    server.set_down(false);
+    wait_for("judging to resume", Duration::from_secs(60), || {
+        (metric("ragwatch_traces_judged_total", &[("judge", "llm")]) > judged_down + 10.0)
+            .then_some(())
+    });
+    keeps_up("API back");
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    let total = produced.load(Ordering::Relaxed) as f64;
+    wait_for("every trace read", Duration::from_secs(60), || {
+        (metric("ragwatch_traces_received_total", &[]) >= total).then_some(())
+    });
+    // Every sampled trace was judged or skipped with a reason: nothing vanished.
+    let m = wait_for("the judge queue to drain", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_judge_queue_depth", &[]) == 0.0
+            && m.sum("ragwatch_traces_sampled_total", &[])
+                == m.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
+                    + m.sum("ragwatch_traces_skipped_total", &[("reason", "queue_full")]))
+        .then_some(m)
+    });
+    let text = rw.scrape().unwrap();
+    assert!(!text.contains("NaN"));
+    // The budget held at the server: 60,000 tokens a minute, plus one minute's burst.
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    assert!(
+        server.tokens_billed() as f64 <= 60_000.0 * (minutes + 1.0),
+        "billed {} over {minutes:.1} min",
+        server.tokens_billed()
+    );
+    eprintln!(
+        "MEASURED outage: {total} traces, sampled {}, judged {}, skipped {:?}, resets {}",
+        m.sum("ragwatch_traces_sampled_total", &[]),
+        m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]),
+        ["judge_error", "queue_full", "budget"]
+            .map(|r| m.sum("ragwatch_traces_skipped_total", &[("reason", r)])),
+        server.state.connection_resets.load(Ordering::SeqCst)
+    );
+    let t = Instant::now();
+    rw.sigterm();
+    assert!(rw.wait_exit(Duration::from_secs(15)).success());
+    eprintln!("exited {:?} after SIGTERM", t.elapsed());
+}

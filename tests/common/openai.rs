@@ -3,7 +3,9 @@
 //! four letters or more appears in the contexts, contradicted when it carries a number the contexts do
 //! not have, else unsupported; a context is relevant when it shares a word of five letters or more
 //! with the question. Faults are scripted per request: 429 with Retry-After, 500, a delay,
-//! malformed JSON, a truncated (`finish_reason = "length"`) answer.
+//! malformed JSON, a truncated (`finish_reason = "length"`) answer. A TCP front can take the whole API
+//! down: while down, every open connection and every new one is reset (RST), as a crashed or
+//! unreachable server looks to a client.
 
 #![allow(dead_code)]
 
@@ -40,12 +42,15 @@ pub struct ServerState {
     /// Tokens the server reported as used (prompt + completion), as a provider would bill them.
     pub tokens_billed: AtomicU64,
     pub last_auth: Mutex<Option<String>>,
+    /// Connections reset while the API was down.
+    pub connection_resets: AtomicU64,
     pub max_tokens_seen: Mutex<Vec<u64>>,
 }
 
 pub struct FakeOpenAi {
     pub addr: SocketAddr,
     pub state: Arc<ServerState>,
+    down: tokio::sync::watch::Sender<bool>,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -64,13 +69,48 @@ impl FakeOpenAi {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
-        let addr = listener.local_addr().unwrap();
+        let inner = listener.local_addr().unwrap();
         runtime.spawn(async move { axum::serve(listener, app).await });
+        let front = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = front.local_addr().unwrap();
+        let (down, down_rx) = tokio::sync::watch::channel(false);
+        let resets = Arc::clone(&state);
+        runtime.spawn(async move {
+            while let Ok((client, _)) = front.accept().await {
+                let mut down_rx = down_rx.clone();
+                let resets = Arc::clone(&resets);
+                tokio::spawn(async move {
+                    let reset = |c: tokio::net::TcpStream| {
+                        resets.connection_resets.fetch_add(1, Ordering::SeqCst);
+                        let _ = c.set_zero_linger();
+                    };
+                    if *down_rx.borrow() {
+                        return reset(client);
+                    }
+                    let Ok(mut server) = tokio::net::TcpStream::connect(inner).await else {
+                        return;
+                    };
+                    let mut client = client;
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down_rx.wait_for(|d| *d) => reset(client),
+                    }
+                });
+            }
+        });
         FakeOpenAi {
             addr,
             state,
+            down,
             _runtime: runtime,
         }
+    }
+
+    /// Takes the API down (every connection reset) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.down.send_replace(down);
     }
 
     pub fn base_url(&self) -> String {

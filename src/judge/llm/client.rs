@@ -42,6 +42,19 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// Whether the provider may have done (and billed) the work. Rejections (429, other HTTP
+    /// statuses) and transport failures come without usage and are not billed, so their charge is
+    /// refunded; a timeout keeps its charge, since the server may have finished the call unseen.
+    pub fn may_be_billed(&self) -> bool {
+        !matches!(
+            self,
+            LlmError::Budget
+                | LlmError::RateLimited { .. }
+                | LlmError::Http(_)
+                | LlmError::Transport(_)
+        )
+    }
+
     /// The bounded `outcome` label.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -313,6 +326,16 @@ pub fn backoff(attempt: u32, base_ms: u64, max_ms: u64, retry_after: Option<Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_work_the_provider_may_have_done_keeps_its_charge() {
+        assert!(LlmError::Timeout.may_be_billed());
+        assert!(LlmError::Parse("x".into()).may_be_billed());
+        assert!(LlmError::Truncated.may_be_billed());
+        assert!(!LlmError::Transport("reset".into()).may_be_billed());
+        assert!(!LlmError::Http(503).may_be_billed());
+        assert!(!LlmError::RateLimited { retry_after: None }.may_be_billed());
+    }
 
     #[test]
     fn backoff_is_bounded_and_honours_retry_after() {

@@ -385,7 +385,11 @@ impl LlmJudge {
                 .try_charge(estimate, log.priority)
                 .ok_or(LlmError::Budget)?;
             log.calls += 1;
-            let (vectors, usage) = self.client.embed(&inputs, deadline).await?;
+            let (vectors, usage) = self
+                .client
+                .embed(&inputs, deadline)
+                .await
+                .inspect_err(|e| self.refund_unbilled(charge, e))?;
             self.budget.reconcile(charge, usage.total());
             log.usage.prompt_tokens += usage.prompt_tokens;
             let q = &vectors[0];
@@ -426,7 +430,8 @@ impl LlmJudge {
                     max_tokens,
                     deadline,
                 )
-                .await?;
+                .await
+                .inspect_err(|e| self.refund_unbilled(charge, e))?;
             self.budget.reconcile(charge, out.usage.total());
             log.usage.prompt_tokens += out.usage.prompt_tokens;
             log.usage.completion_tokens += out.usage.completion_tokens;
@@ -444,6 +449,15 @@ impl LlmJudge {
             return parse_output(&out.content).map_err(LlmError::Parse);
         }
         Err(LlmError::Truncated)
+    }
+}
+
+impl LlmJudge {
+    /// Gives a failed call's charge back when the provider cannot have billed it.
+    fn refund_unbilled(&self, charge: Charge, error: &LlmError) {
+        if !error.may_be_billed() {
+            self.budget.reconcile(charge, 0);
+        }
     }
 }
 
