@@ -29,11 +29,13 @@
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`gate`]: `ragwatch gate`, floors and maximum drops over replay summaries for CI.
+//! - [`fuzzing`]: the decoder invariant that `fuzz/` and the corpus regression test check.
 
 pub mod app;
 pub mod config;
 pub mod eval;
 pub mod events;
+pub mod fuzzing;
 pub mod gate;
 pub mod http;
 pub mod judge;

@@ -2,6 +2,9 @@
 # The test command: installs what the tests need when it is missing, then runs the whole suite.
 #   tests/run.sh            unit, property and integration tests (real tansu broker, real promtool)
 #   tests/run.sh --bench    also runs the criterion benchmarks
+#   tests/run.sh --fuzz [SECS]  also fuzzes the decoder for SECS seconds (default 300; needs a nightly
+#                           toolchain and cargo-fuzz, installed when missing); a crash is copied into
+#                           fuzz/regressions, where tests/fuzz_corpus.rs replays it from then on
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +46,21 @@ export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tans
 # Release mode: the trainer reproduction test fits the offline model six times. Benchmarks run once
 # each in test mode, which checks they work without timing anything.
 cargo test --release --all-targets
-if [ "${1:-}" = "--bench" ]; then
-  cargo bench --bench pipeline
-fi
+case "${1:-}" in
+  --bench)
+    cargo bench --bench pipeline
+    ;;
+  --fuzz)
+    secs="${2:-300}"
+    rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    work="$(mktemp -d)"
+    # New inputs go to a scratch corpus; the committed seeds are read, never rewritten.
+    if ! (cd fuzz && cargo +nightly fuzz run decode "$work" corpus/decode -- \
+        -max_total_time="$secs" -max_len=65536); then
+      cp fuzz/artifacts/decode/* fuzz/regressions/ 2>/dev/null || true
+      echo "the decoder fuzzer found a crash; it is in fuzz/regressions (commit it with the fix)" >&2
+      exit 1
+    fi
+    ;;
+esac
