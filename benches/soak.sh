@@ -24,10 +24,10 @@ if [ "$source_kind" = kafka ]; then
   pids+=($!)
   sleep 1
   "$tansu" topic create soak --partitions 3 --broker "tcp://127.0.0.1:$port" >/dev/null
-  python3 - "$port" "$rate" "$duration" "$work/traces.jsonl" <<'PY' &
+  python3 - "$port" "$rate" "$duration" "$work/traces.jsonl" "$work/produced" <<'PY' &
 import asyncio, sys, time
 from aiokafka import AIOKafkaProducer
-port, rate, duration, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+port, rate, duration, path, counter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 lines = [l.rstrip("\n").encode() for l in open(path)]
 async def main():
     p = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", linger_ms=5, max_batch_size=1 << 20)
@@ -38,6 +38,7 @@ async def main():
         while sent < due:
             await p.send("soak", lines[sent % len(lines)])
             sent += 1
+        open(counter, "w").write(str(sent))
         await asyncio.sleep(0.01)
     await p.stop()
 asyncio.run(main())
@@ -77,7 +78,7 @@ pid=$!
 pids+=($pid)
 for _ in $(seq 100); do [ -s "$work/addr" ] && break; sleep 0.1; done
 addr=$(cat "$work/addr")
-echo "minute rss_kib series traces_received traces_rejected lag_messages"
+echo "minute rss_kib series produced traces_received traces_rejected lag_messages"
 start=$(date +%s)
 while [ $(( $(date +%s) - start )) -lt "$duration" ]; do
   sleep 60
@@ -87,5 +88,6 @@ while [ $(( $(date +%s) - start )) -lt "$duration" ]; do
   n=$(awk '/^ragwatch_traces_received_total/ {s+=$2} END {printf "%d", s}' <<<"$body")
   r=$(awk '/^ragwatch_traces_rejected_total/ {s+=$2} END {printf "%d", s}' <<<"$body")
   lag=$(awk '/^ragwatch_kafka_consumer_lag_messages/ {s+=$2} END {printf "%d", s}' <<<"$body")
-  echo "$(( ($(date +%s) - start) / 60 )) $rss $series $n $r $lag"
+  produced=$(cat "$work/produced" 2>/dev/null || echo -)
+  echo "$(( ($(date +%s) - start) / 60 )) $rss $series $produced $n $r $lag"
 done
