@@ -130,3 +130,27 @@ fn run_on_the_bundled_sample_serves_metrics_and_drains_on_sigterm() {
     let status = rw.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn every_bundled_config_passes_check_config() {
+    let mut n = 0;
+    for entry in std::fs::read_dir("config").unwrap() {
+        let path = entry.unwrap().path();
+        // gate.toml configures `ragwatch gate`, not the monitor.
+        if path.extension().is_some_and(|e| e == "toml") && !path.ends_with("gate.toml") {
+            let out = ragwatch()
+                .args(["check-config", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "{n} configs checked");
+}
