@@ -187,3 +187,64 @@ fn dashboard_is_valid_and_every_panel_has_queries() {
         assert!(vars.contains(&v), "variable {v}");
     }
 }
+
+/// The image builds from what the Dockerfile copies: every file the crate embeds at compile time
+/// (`include_str!`, `include_bytes!`) lies under a copied directory. (No Docker engine runs here.)
+#[test]
+fn the_dockerfile_copies_every_file_the_build_embeds() {
+    let dockerfile = std::fs::read_to_string("deploy/Dockerfile").unwrap();
+    let copied: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--from"))
+        .flat_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            parts[..parts.len() - 1].to_vec()
+        })
+        .collect();
+    let mut embedded = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (i, _) in text.match_indices("include_") {
+                    let rest = &text[i..];
+                    if !(rest.starts_with("include_str!(\"")
+                        || rest.starts_with("include_bytes!(\""))
+                    {
+                        continue;
+                    }
+                    let start = rest.find('"').unwrap() + 1;
+                    let end = start + rest[start..].find('"').unwrap();
+                    let target = path.parent().unwrap().join(&rest[start..end]);
+                    let target = std::fs::canonicalize(&target)
+                        .unwrap_or_else(|e| panic!("{}: {e}", target.display()));
+                    embedded.push(target);
+                }
+            }
+        }
+    }
+    assert!(!embedded.is_empty());
+    let root = std::fs::canonicalize(".").unwrap();
+    for file in embedded {
+        let relative = file.strip_prefix(&root).unwrap();
+        let top = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_str()
+            .unwrap();
+        assert!(
+            copied
+                .iter()
+                .any(|c| c.trim_end_matches('/') == top || *c == relative.to_str().unwrap()),
+            "{} is embedded by the build but the Dockerfile does not copy it",
+            relative.display()
+        );
+    }
+}

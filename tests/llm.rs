@@ -303,7 +303,10 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     });
     assert!(m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "llm")]) > 0.0);
     assert!(
-        m.sum("ragwatch_context_relevance_ratio_count", &[("judge", "llm")]) > 0.0,
+        m.sum(
+            "ragwatch_context_relevance_ratio_count",
+            &[("judge", "llm")]
+        ) > 0.0,
         "the LLM judge's context relevance reaches the histograms"
     );
     assert!(m.sum("ragwatch_judge_tokens_total", &[("judge", "llm")]) > 0.0);
