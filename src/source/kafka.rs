@@ -172,6 +172,9 @@ impl ConsumerContext for SourceContext {
 pub fn client_config(config: &KafkaConfig, env: &HashMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("auto.offset.reset", "earliest");
+    // librdkafka prefetches up to 64 MiB by default, which would dominate a sidecar's memory
+    // whenever it lags; 16 MiB still holds over half a second of traces at full speed.
+    c.set("queued.max.messages.kbytes", "16384");
     for (k, v) in &config.properties {
         c.set(k, v);
     }
