@@ -404,6 +404,13 @@ impl LlmJudge {
         })
     }
 
+    /// Gives a failed call's charge back when the provider cannot have billed it.
+    fn refund_unbilled(&self, charge: Charge, error: &LlmError) {
+        if !error.may_be_billed() {
+            self.budget.reconcile(charge, 0);
+        }
+    }
+
     /// One chat call under the budget: charge an upper-bound estimate, call, reconcile with the
     /// reported usage; a `length` finish is retried once with a limit sized to the answer.
     async fn call<T: serde::de::DeserializeOwned>(
@@ -449,15 +456,6 @@ impl LlmJudge {
             return parse_output(&out.content).map_err(LlmError::Parse);
         }
         Err(LlmError::Truncated)
-    }
-}
-
-impl LlmJudge {
-    /// Gives a failed call's charge back when the provider cannot have billed it.
-    fn refund_unbilled(&self, charge: Charge, error: &LlmError) {
-        if !error.may_be_billed() {
-            self.budget.reconcile(charge, 0);
-        }
     }
 }
 
