@@ -576,7 +576,9 @@ fn default_embedding_model() -> String {
     "text-embedding-3-small".into()
 }
 fn default_prompt_version() -> String {
-    "rw-1".into()
+    // rw-2: the faithfulness prompts can carry per-context relevance verdicts; JSON mode carries
+    // the schema in the prompt.
+    "rw-2".into()
 }
 fn default_api_key_env() -> String {
     "RAGWATCH_LLM_API_KEY".into()

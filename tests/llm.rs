@@ -129,7 +129,7 @@ fn known_cases_score_correctly_in_both_forms_and_records_keep_raw_output() {
         assert!(by_id(&records, "all")["answer_relevancy"].as_f64().unwrap() > 0.3);
         // Verdict records: raw outputs, usage, model; never the key.
         let rec = std::fs::read_to_string(&s.records).unwrap();
-        assert!(rec.contains("\"raw\"") && rec.contains("judge-2026-01-01+embed-1@rw-1"));
+        assert!(rec.contains("\"raw\"") && rec.contains("judge-2026-01-01+embed-1@rw-2/"));
         assert!(!rec.contains("sk-test-secret"));
     }
     assert_eq!(

@@ -172,11 +172,20 @@ impl LlmJudge {
         })
     }
 
-    /// The judge identity recorded in `ragwatch_build_info` and on every verdict.
+    /// The judge identity recorded in `ragwatch_build_info` and on every verdict: everything that
+    /// changes a verdict (models, prompt version, faithfulness form, context verdicts on or off), so
+    /// a change of any of them shows as a judge change.
     pub fn model_id(config: &LlmConfig) -> String {
+        let mode = match config.faithfulness_mode {
+            FaithfulnessMode::OneCall => "one_call",
+            FaithfulnessMode::TwoCall => "two_call",
+        };
         format!(
-            "{}+{}@{}",
-            config.chat_model, config.embedding_model, config.prompt_version
+            "{}+{}@{}/{mode}{}",
+            config.chat_model,
+            config.embedding_model,
+            config.prompt_version,
+            if config.context_relevance { "+ctx" } else { "" }
         )
     }
 
