@@ -241,7 +241,9 @@ pub async fn replay(
 async fn judge_batch(judge: &LlmJudge, batch: &mut [(Evaluation, u64)]) {
     let results = futures::future::join_all(batch.iter().map(|(eval, _)| async move {
         match &eval.trace {
-            Ok(t) => Some(judge.judge(t, false).await),
+            // Every replayed trace is wanted: the reserve that protects small strata in live
+            // sampling has nothing to protect here.
+            Ok(t) => Some(judge.judge(t, true).await),
             Err(_) => None,
         }
     }))
