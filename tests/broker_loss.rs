@@ -42,6 +42,23 @@ fn send(p: &ThreadedProducer<DefaultProducerContext>, topic: &str, traces: &[(St
     }
 }
 
+/// `ragwatch run` on `topic`, noticing a dead broker within seconds rather than librdkafka's defaults.
+fn start_ragwatch(bootstrap: &str, topic: &str, extra: &[(&'static str, &str)]) -> Ragwatch {
+    let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ragwatch.toml"));
+    let mut env = Ragwatch::kafka_env(bootstrap, topic, &unique("g"));
+    env.push((
+        "RAGWATCH__KAFKA__PROPERTIES__RECONNECT.BACKOFF.MAX.MS",
+        "1000".into(),
+    ));
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    Ragwatch::start(config, &env)
+}
+
+fn received(rw: &Ragwatch) -> Option<f64> {
+    rw.metrics()
+        .map(|m| m.sum("ragwatch_traces_received_total", &[]))
+}
+
 #[test]
 fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
     let mock = MockCluster::new(BROKERS).unwrap();
@@ -53,19 +70,8 @@ fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
     send(&p, &topic, &traces[..300]);
     p.flush(Duration::from_secs(30)).unwrap();
 
-    let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ragwatch.toml"));
-    let mut env = Ragwatch::kafka_env(&bootstrap, &topic, &unique("g"));
-    // Notice a dead broker within seconds rather than librdkafka's defaults.
-    env.push((
-        "RAGWATCH__KAFKA__PROPERTIES__RECONNECT.BACKOFF.MAX.MS",
-        "1000".into(),
-    ));
-    let rw = Ragwatch::start(config, &env);
+    let rw = start_ragwatch(&bootstrap, &topic, &[]);
     let t0 = std::time::Instant::now();
-    let received = |rw: &Ragwatch| {
-        rw.metrics()
-            .map(|m| m.sum("ragwatch_traces_received_total", &[]))
-    };
     wait_for("the first 300 traces", Duration::from_secs(60), || {
         received(&rw).filter(|n| *n >= 300.0)
     });
@@ -139,22 +145,15 @@ fn a_killed_broker_process_is_reconnected_to_after_restart() {
     let traces = gen_traces(600, &["--seed", "43"]);
     produce(&broker.brokers(), &topic, &traces[..400]);
 
-    let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ragwatch.toml"));
-    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
-    env.push((
-        "RAGWATCH__KAFKA__PROPERTIES__RECONNECT.BACKOFF.MAX.MS",
-        "1000".into(),
-    ));
     // Read slowly, so the kill lands mid-stream.
-    env.push((
-        "RAGWATCH__KAFKA__PROPERTIES__MAX.PARTITION.FETCH.BYTES",
-        "4096".into(),
-    ));
-    let rw = Ragwatch::start(config, &env);
-    let received = |rw: &Ragwatch| {
-        rw.metrics()
-            .map(|m| m.sum("ragwatch_traces_received_total", &[]))
-    };
+    let rw = start_ragwatch(
+        &broker.brokers(),
+        &topic,
+        &[(
+            "RAGWATCH__KAFKA__PROPERTIES__MAX.PARTITION.FETCH.BYTES",
+            "4096",
+        )],
+    );
     wait_for("the first traces", Duration::from_secs(60), || {
         received(&rw).filter(|n| *n >= 50.0)
     });

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::run_ok;
+use common::{pipe, run_ok};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,21 +111,7 @@ fn overlays_render_validate_and_are_locked_down() {
             report.matches("passed for resource").count() >= 5,
             "{overlay}: {report}"
         );
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(CHECK_POD)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(rendered.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = pipe(Command::new("python3").arg("-c").arg(CHECK_POD), &rendered);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["problems"], serde_json::json!([]), "{overlay}: {v}");
         for kind in [

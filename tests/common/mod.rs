@@ -409,22 +409,26 @@ impl Samples {
     }
 }
 
-/// Runs promtool check metrics on `text`; returns its output on failure.
-pub fn promtool_check_metrics(text: &str) -> Result<(), String> {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
+/// Runs `cmd` with `input` on its stdin and collects its output.
+pub fn pipe(cmd: &mut Command, input: &str) -> std::process::Output {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool is installed (tests/run.sh installs Debian's prometheus)");
+        .unwrap_or_else(|e| panic!("{cmd:?} (tests/run.sh installs what the tests need): {e}"));
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(text.as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Runs promtool check metrics on `text`; returns its output on failure.
+pub fn promtool_check_metrics(text: &str) -> Result<(), String> {
+    let out = pipe(Command::new("promtool").args(["check", "metrics"]), text);
     if out.status.success() {
         Ok(())
     } else {
