@@ -7,6 +7,7 @@
 pub mod llm;
 mod offline;
 mod pool;
+pub mod records;
 mod text;
 pub mod trainer;
 

@@ -21,8 +21,7 @@ pub use client::{ChatOutput, LlmClient, LlmError, Usage, backoff};
 pub use prompt::{ClaimVerdict, JudgedClaim, parse_output};
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -61,7 +60,7 @@ pub struct LlmJudge {
     budget: Arc<Budget>,
     cache: VerdictCache,
     metrics: Arc<Metrics>,
-    records: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    records: Option<super::records::RecordsFile>,
     records_topic: Option<RecordsTopic>,
 }
 
@@ -126,13 +125,14 @@ impl LlmJudge {
     ) -> Result<Self, LlmSetupError> {
         let key = api_key(&config.llm, env)?;
         let records = match &config.llm.records_path {
-            Some(p) => Some(Mutex::new(std::io::BufWriter::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| LlmSetupError::Io(p.display().to_string(), e))?,
-            ))),
+            Some(p) => Some(
+                super::records::RecordsFile::open(
+                    p,
+                    config.llm.records_max_bytes,
+                    config.llm.records_keep_files,
+                )
+                .map_err(|e| LlmSetupError::Io(p.display().to_string(), e))?,
+            ),
             None => None,
         };
         let records_topic = match &config.llm.records_topic {
@@ -301,14 +301,8 @@ impl LlmJudge {
                 tracing::debug!(error = %e, "cannot publish verdict record");
             }
         }
-        if let Some(w) = &self.records {
-            let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
-            let ok = serde_json::to_writer(&mut *w, record).is_ok()
-                && w.write_all(b"\n").is_ok()
-                && w.flush().is_ok();
-            if !ok {
-                tracing::warn!("cannot write verdict record");
-            }
+        if let Some(records) = &self.records {
+            records.write(record);
         }
     }
 
