@@ -1,13 +1,14 @@
 //! The `ragwatch` binary: logging, config, runtime, run, exit code. The logic lives in the library.
 
 use std::collections::HashMap;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use ragwatch::config::Config;
+use ragwatch::config::{Config, LogFormat};
 
 #[derive(Parser)]
 #[command(
@@ -84,16 +85,23 @@ enum JudgeArg {
     Llm,
 }
 
-fn init_logging() {
+/// Logs go to stderr, as text or as one JSON object per line (`[log] format`). Text is coloured only
+/// when stderr is a terminal and `NO_COLOR` is unset or empty (no-color.org): in a pod stderr is a
+/// pipe, and log shippers want plain text. Called once the config is loaded, so a bad config is one
+/// plain line on stderr.
+fn init_logging(format: LogFormat, env: &HashMap<String, String>) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let colour = format == LogFormat::Text
+        && std::io::stderr().is_terminal()
+        && env.get("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("RAGWATCH_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }
 
@@ -107,7 +115,6 @@ fn load(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config,
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: HashMap<String, String> = std::env::vars().collect();
-    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -126,12 +133,16 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::TrainOffline { data, out, date } => train_offline(&data, &out, &date),
+        Command::TrainOffline { data, out, date } => {
+            init_logging(LogFormat::Text, &env);
+            train_offline(&data, &out, &date)
+        }
         Command::Run { config } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            init_logging(config.log.format, &env);
             runtime.block_on(async move {
                 let stop = CancellationToken::new();
                 tokio::spawn(signal(stop.clone()));
@@ -148,7 +159,10 @@ fn main() -> ExitCode {
             results,
             gate,
             baseline,
-        } => run_gate(&results, &gate, &baseline),
+        } => {
+            init_logging(LogFormat::Text, &env);
+            run_gate(&results, &gate, &baseline)
+        }
         Command::Replay {
             files,
             config,
@@ -161,6 +175,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            init_logging(config.log.format, &env);
             runtime.block_on(async move {
                 let mut out: Box<dyn std::io::Write> = match &output {
                     Some(path) => match std::fs::File::create(path) {
