@@ -19,4 +19,4 @@ metadata:
     release: kube-prometheus-stack
 spec:
 """
-(here.parent / "kubernetes/base/prometheusrule.yaml").write_text(header + indented + "\n")
+(here.parent / "kubernetes/components/monitoring/prometheusrule.yaml").write_text(header + indented + "\n")
