@@ -37,7 +37,7 @@ fn bench(c: &mut Criterion) {
     let config = Config::default();
     let decoder = Decoder::new(&config.decode);
     let stratifier = Stratifier::new(&config.strata);
-    let mut sampler = Sampler::new(&config.sample, stratifier.names());
+    let mut sampler = Sampler::new(&config.sample, 300, stratifier.names());
     let judge = OfflineJudge::default();
 
     let mut g = c.benchmark_group("pipeline");

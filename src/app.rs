@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, SampledJudge, SourceKind};
 use crate::http::{self, AdminState};
 use crate::judge::llm::LlmJudge;
-use crate::judge::{JudgeKind, OfflineJudge, PoolJudge, run_pool};
-use crate::pipeline::{Pipeline, Shared};
+use crate::judge::{JudgeKind, OfflineJudge};
+use crate::pipeline::{Pipeline, PoolJudge, run_pool};
+use crate::recorder::Shared;
 use crate::source::{self, SourceError};
-use crate::window;
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +113,7 @@ pub async fn run(
     };
 
     let evaluator_stop = CancellationToken::new();
-    let evaluator = tokio::spawn(window::run_evaluator(
+    let evaluator = tokio::spawn(crate::recorder::run_evaluator(
         config.clone(),
         shared.clone(),
         judges.clone(),
@@ -172,7 +172,7 @@ pub async fn run(
     abandon_timer.abort();
     evaluator_stop.cancel();
     let _ = evaluator.await;
-    window::evaluate_once(&config, &shared, &judges, crate::pipeline::now_ms());
+    crate::recorder::evaluate_once(&config, &shared, &judges, crate::clock::now_ms());
     server_stop.cancel();
     let _ = tokio::task::spawn_blocking(move || server.join()).await;
     tracing::info!("ragwatch stopped");

@@ -32,6 +32,7 @@
 //! - [`fuzzing`]: the decoder invariant that `fuzz/` and the corpus regression test check.
 
 pub mod app;
+pub mod clock;
 pub mod config;
 pub mod eval;
 pub mod events;
@@ -39,8 +40,10 @@ pub mod fuzzing;
 pub mod gate;
 pub mod http;
 pub mod judge;
+pub mod labels;
 pub mod metrics;
 pub mod pipeline;
+pub mod recorder;
 pub mod replay;
 pub mod sample;
 pub mod source;

@@ -6,16 +6,24 @@
 //! `other`, reject reasons, judge names, rule names.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::judge::{JudgeKind, Metric};
+use crate::labels::{JudgeKind, Metric};
 use crate::trace::RejectReason;
-use crate::window::RuleKind;
+use crate::window::{EstimateSums, RuleKind};
 
-/// Why a trace was not judged by the sampled judge although sampled; label values.
-pub const SKIP_REASONS: [&str; 4] = ["queue_full", "budget", "shutdown", "judge_error"];
+/// Why a trace was not judged by the sampled judge although sampled; label values. `budget` is an
+/// ordinary rate-sampled trace over the budget (expected when traffic grows); `budget_reserve` is a
+/// stratum's guaranteed sample skipped because even the reserve is spent (worth an alert).
+pub const SKIP_REASONS: [&str; 5] = [
+    "queue_full",
+    "budget",
+    "budget_reserve",
+    "shutdown",
+    "judge_error",
+];
 
 /// Outcomes of a judge call; label values of `ragwatch_judge_requests_total`.
 pub const JUDGE_OUTCOMES: [&str; 9] = [
@@ -72,10 +80,23 @@ pub struct Metrics {
     pub window_ci_lower: GaugeVec,
     /// Upper confidence bound of the window mean.
     pub window_ci_upper: GaugeVec,
-    /// The drift thresholds in force, by metric, stratum and rule.
+    /// Sum of squared scores, by metric, stratum and judge: with a histogram's sum and count, the
+    /// pooled variance the shift rule needs.
+    pub score_squares: CounterVec,
+    /// The sums behind the combined estimate, by metric, stratum and term.
+    pub estimate_terms: CounterVec,
+    /// The floor and drop thresholds in force, by metric, stratum, judge and rule.
     pub threshold: GaugeVec,
-    /// Minimum samples before a drift rule may fire, by metric and stratum.
+    /// Minimum samples before a drift rule may fire, by metric, stratum and judge.
     pub min_samples: IntGaugeVec,
+    /// Shift rule: minimum effect size in baseline standard deviations.
+    pub threshold_shift_sd: GaugeVec,
+    /// Shift rule: critical z.
+    pub threshold_shift_z: GaugeVec,
+    /// The z of every confidence bound.
+    pub threshold_confidence_z: Gauge,
+    /// 1 per declared stratum, with its scope (in_scope, out_of_scope).
+    pub stratum_info: IntGaugeVec,
     /// 1 while a drift rule fires, by metric, stratum, judge and rule.
     pub drift_active: IntGaugeVec,
     /// Where to look, by stratum and judge: 1 on the stage the short windows blame (retrieval when
@@ -125,25 +146,31 @@ fn single<M: prometheus::core::Collector + Clone + 'static>(
     m
 }
 
+/// Registers a labelled family built by `new` (each `*Vec::new` of the prometheus crate).
+fn labelled<V: prometheus::core::Collector + Clone + 'static>(
+    r: &Registry,
+    new: fn(Opts, &[&str]) -> prometheus::Result<V>,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> V {
+    single(r, new(Opts::new(name, help), labels))
+}
+
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
-    r.register(Box::new(c.clone()))
-        .expect("metric names are unique");
-    c
+    labelled(r, IntCounterVec::new, name, help, labels)
+}
+
+fn float_counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+    labelled(r, CounterVec::new, name, help, labels)
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
-    r.register(Box::new(g.clone()))
-        .expect("metric names are unique");
-    g
+    labelled(r, GaugeVec::new, name, help, labels)
 }
 
 fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
-    r.register(Box::new(g.clone()))
-        .expect("metric names are unique");
-    g
+    labelled(r, IntGaugeVec::new, name, help, labels)
 }
 
 fn histogram(
@@ -153,11 +180,10 @@ fn histogram(
     labels: &[&str],
     buckets: Vec<f64>,
 ) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
-        .expect("valid metric definition");
-    r.register(Box::new(h.clone()))
-        .expect("metric names are unique");
-    h
+    single(
+        r,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels),
+    )
 }
 
 impl Metrics {
@@ -273,17 +299,54 @@ impl Metrics {
                 "Upper confidence bound of this replica's window mean.",
                 &["metric", "stratum", "judge", "window"],
             ),
+            score_squares: float_counter(
+                &r,
+                "ragwatch_score_squares_total",
+                "Sum of squared scores (the histograms' observations), by metric, stratum and judge.",
+                &["metric", "stratum", "judge"],
+            ),
+            estimate_terms: float_counter(
+                &r,
+                "ragwatch_estimate_terms_total",
+                "Sums behind the combined (prediction-powered) estimate, by metric, stratum and term; pool by sum across replicas.",
+                &["metric", "stratum", "term"],
+            ),
             threshold: gauge(
                 &r,
                 "ragwatch_threshold_ratio",
-                "Drift threshold in force, as an absolute score.",
-                &["metric", "stratum", "rule"],
+                "Floor or maximum drop in force, on the judge's own scale.",
+                &["metric", "stratum", "judge", "rule"],
             ),
             min_samples: int_gauge(
                 &r,
                 "ragwatch_threshold_min_samples",
-                "Samples needed in the short window before a drift rule may fire.",
-                &["metric", "stratum"],
+                "Samples needed in the short window before a drift rule may fire (judged pairs for the combined estimate).",
+                &["metric", "stratum", "judge"],
+            ),
+            threshold_shift_sd: gauge(
+                &r,
+                "ragwatch_threshold_shift_sd",
+                "Shift rule: minimum drop of the short window below the rest of the baseline, in baseline standard deviations.",
+                &["metric", "stratum", "judge"],
+            ),
+            threshold_shift_z: gauge(
+                &r,
+                "ragwatch_threshold_shift_z",
+                "Shift rule: critical z of the one-sided two-sample test.",
+                &["metric", "stratum", "judge"],
+            ),
+            threshold_confidence_z: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_threshold_confidence_z",
+                    "z of every confidence bound (1.645: one-sided 95 %).",
+                ),
+            ),
+            stratum_info: int_gauge(
+                &r,
+                "ragwatch_stratum_info",
+                "1 per stratum, with its scope: out_of_scope strata should be declined.",
+                &["stratum", "scope"],
             ),
             drift_active: int_gauge(
                 &r,
@@ -424,16 +487,7 @@ impl Metrics {
             for valid in ["true", "false"] {
                 m.citations.with_label_values(&[s, valid]);
             }
-            for j in JudgeKind::ALL {
-                m.traces_judged.with_label_values(&[s, j.name()]);
-                m.faithfulness.with_label_values(&[s, j.name()]);
-                m.answer_relevancy.with_label_values(&[s, j.name()]);
-                m.context_relevance.with_label_values(&[s, j.name()]);
-                for stage in crate::window::STAGES {
-                    m.diagnosis.with_label_values(&[s, j.name(), stage]);
-                }
-                m.no_claims.with_label_values(&[s, j.name()]);
-                m.refusals.with_label_values(&[s, j.name()]);
+            for j in JudgeKind::RULED {
                 for metric in Metric::ALL {
                     for rule in RuleKind::ALL {
                         m.drift_active.with_label_values(&[
@@ -445,8 +499,30 @@ impl Metrics {
                     }
                 }
             }
+            for j in JudgeKind::ALL {
+                m.traces_judged.with_label_values(&[s, j.name()]);
+                m.faithfulness.with_label_values(&[s, j.name()]);
+                m.answer_relevancy.with_label_values(&[s, j.name()]);
+                m.context_relevance.with_label_values(&[s, j.name()]);
+                for stage in crate::window::STAGES {
+                    m.diagnosis.with_label_values(&[s, j.name(), stage]);
+                }
+                m.no_claims.with_label_values(&[s, j.name()]);
+                m.refusals.with_label_values(&[s, j.name()]);
+            }
         }
         m
+    }
+
+    /// Adds one trace's or pair's estimate sums to the exported terms.
+    pub fn add_estimate_terms(&self, metric: Metric, stratum: &str, sums: &EstimateSums) {
+        for (term, v) in EstimateSums::TERMS.iter().zip(sums.terms()) {
+            if v != 0.0 {
+                self.estimate_terms
+                    .with_label_values(&[metric.name(), stratum, term])
+                    .inc_by(v);
+            }
+        }
     }
 
     /// The Prometheus text exposition of every family.

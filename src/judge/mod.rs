@@ -6,74 +6,16 @@
 
 pub mod llm;
 mod offline;
-mod pool;
 pub mod records;
 mod text;
 pub mod trainer;
 
 pub use offline::{Features, OfflineJudge, OfflineModel, extract, extract_with_context_relevance};
-pub use pool::{PoolJudge, run_pool};
 pub use text::{Token, TokenSet, content_tokens, sentences};
 
 use serde::Serialize;
 
-/// A scored quality metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Share of the answer's claims supported by the contexts.
-    Faithfulness,
-    /// How well the answer addresses the question.
-    AnswerRelevancy,
-    /// How relevant the retrieved contexts are to the question (retrieval quality).
-    ContextRelevance,
-}
-
-impl Metric {
-    /// Both metrics, in label order.
-    pub const ALL: [Metric; 3] = [
-        Metric::Faithfulness,
-        Metric::AnswerRelevancy,
-        Metric::ContextRelevance,
-    ];
-
-    /// The label value and config key.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Faithfulness => "faithfulness",
-            Metric::AnswerRelevancy => "answer_relevancy",
-            Metric::ContextRelevance => "context_relevance",
-        }
-    }
-
-    /// Parses a label value.
-    pub fn from_name(s: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == s)
-    }
-}
-
-/// Which judge produced a verdict; a label value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JudgeKind {
-    /// The zero-cost lexical judge.
-    Offline,
-    /// A language model behind an OpenAI-compatible API.
-    Llm,
-}
-
-impl JudgeKind {
-    /// Every judge, for pre-registering series.
-    pub const ALL: [JudgeKind; 2] = [JudgeKind::Offline, JudgeKind::Llm];
-
-    /// The label value.
-    pub fn name(self) -> &'static str {
-        match self {
-            JudgeKind::Offline => "offline",
-            JudgeKind::Llm => "llm",
-        }
-    }
-}
+pub use crate::labels::{JudgeKind, Metric};
 
 /// A judge's scores for one trace. Scores are finite and in [0, 1] or absent; never NaN.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -3,10 +3,6 @@
 mod sampler;
 mod stratify;
 
+pub use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
 pub use sampler::{Sampler, SamplerDecision};
-pub use stratify::{Stratifier, StratumId};
-
-/// The stratum of traces that name none and match no rule.
-pub const DEFAULT_STRATUM: &str = "default";
-/// The stratum of traces that name a stratum this deployment did not declare.
-pub const OTHER_STRATUM: &str = "other";
+pub use stratify::Stratifier;

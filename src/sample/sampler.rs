@@ -33,14 +33,16 @@ impl SamplerDecision {
 pub struct Sampler {
     thresholds: Vec<u64>,
     boosted: Vec<u64>,
+    rates: Vec<(f64, f64)>,
     min_per_window: u32,
     window_secs: u64,
     windows: Vec<(u64, u32)>,
 }
 
 impl Sampler {
-    /// A sampler for the strata named in `strata` (in [`super::Stratifier::names`] order).
-    pub fn new(config: &SampleConfig, strata: &[String]) -> Self {
+    /// A sampler for the strata named in `strata` (in [`super::Stratifier::names`] order), with the
+    /// per-stratum minimum counted over windows of `min_window_secs`.
+    pub fn new(config: &SampleConfig, min_window_secs: u64, strata: &[String]) -> Self {
         let thresholds = strata
             .iter()
             .map(|s| rate_threshold(*config.rates.get(s).unwrap_or(&config.default_rate)))
@@ -52,11 +54,19 @@ impl Sampler {
                 rate_threshold(rate * config.uncertain_boost)
             })
             .collect();
+        let rates = strata
+            .iter()
+            .map(|s| {
+                let rate = *config.rates.get(s).unwrap_or(&config.default_rate);
+                (rate, (rate * config.uncertain_boost).min(1.0))
+            })
+            .collect();
         Self {
             thresholds,
             boosted,
+            rates,
             min_per_window: config.min_per_window,
-            window_secs: config.min_window_secs,
+            window_secs: min_window_secs.max(1),
             windows: vec![(u64::MAX, 0); strata.len()],
         }
     }
@@ -70,6 +80,22 @@ impl Sampler {
         now_secs: u64,
         uncertain: bool,
     ) -> SamplerDecision {
+        self.decide_with_probability(stratum, trace_id, now_secs, uncertain)
+            .0
+    }
+
+    /// Decides for one trace and says with which probability it was going to be sampled, given
+    /// what this replica had seen before it: 1 while the stratum is short of its minimum, else its
+    /// (boosted, when `uncertain`) rate. The combined estimate weighs each verdict by the inverse,
+    /// which keeps it unbiased however tiering and the minimum skew the sample.
+    pub fn decide_with_probability(
+        &mut self,
+        stratum: StratumId,
+        trace_id: &str,
+        now_secs: u64,
+        uncertain: bool,
+    ) -> (SamplerDecision, f64) {
+        let (rate, boosted) = self.rates[stratum];
         let threshold = if uncertain {
             self.boosted[stratum]
         } else {
@@ -87,10 +113,17 @@ impl Sampler {
         } else {
             SamplerDecision::Skip
         };
+        let probability = if slot.1 < self.min_per_window {
+            1.0
+        } else if uncertain {
+            boosted
+        } else {
+            rate
+        };
         if decision.sampled() {
             slot.1 += 1;
         }
-        decision
+        (decision, probability)
     }
 }
 
@@ -117,11 +150,10 @@ mod tests {
         let mut config = SampleConfig {
             default_rate: rate,
             min_per_window: min,
-            min_window_secs: 60,
             ..SampleConfig::default()
         };
         config.rates.insert("all".into(), 1.0);
-        Sampler::new(&config, &["a".into(), "all".into()])
+        Sampler::new(&config, 60, &["a".into(), "all".into()])
     }
 
     #[test]

@@ -3,12 +3,9 @@
 
 use regex::Regex;
 
-use super::{DEFAULT_STRATUM, OTHER_STRATUM};
 use crate::config::StrataConfig;
+use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
 use crate::trace::Trace;
-
-/// Index into [`Stratifier::names`]; cheap to copy and to use as a map key.
-pub type StratumId = usize;
 
 /// Assigns strata: the trace's own field if declared (else `other`), then config rules, else `default`.
 #[derive(Debug, Clone)]
@@ -126,6 +123,7 @@ mod tests {
     fn own_field_then_rules_then_default() {
         let s = Stratifier::new(&StrataConfig {
             declared: vec!["head".into(), "out_of_scope".into(), "billing".into()],
+            out_of_scope: None,
             rules: vec![
                 StratumRule {
                     stratum: "out_of_scope".into(),

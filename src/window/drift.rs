@@ -1,10 +1,20 @@
 //! Drift: the rules that turn window statistics into "this stratum's answers stopped being grounded".
 //!
-//! Both rules compare a confidence bound, not the raw mean, so a noisy small window does not page
-//! anyone, and both stay quiet below the minimum sample count.
+//! Three rules, each on the scale of the judge it watches (see `config::drift` for the defaults):
+//! - `floor`: the short window's upper confidence bound is below an absolute floor;
+//! - `max_drop`: that upper bound is more than `max_drop` below the baseline window's mean;
+//! - `shift` (scale-free): the short window's mean is below the mean of the rest of the baseline
+//!   window by a one-sided two-sample z test (`z >= shift.z`) and by at least `shift.min_sd`
+//!   baseline standard deviations. Comparing with the *rest* of the baseline keeps the two samples
+//!   disjoint, so a drop does not dilute its own reference.
+//!
+//! Every rule stays quiet below `min_samples`. The Prometheus rules compute the same statistics from
+//! the pooled counters, so with one replica the page and `ragwatch_drift_active` agree.
 
 use super::WindowStats;
-use crate::config::DriftRule;
+use super::estimate::Estimate;
+use super::ring::Moments;
+use crate::config::{DriftRule, ShiftRule};
 
 /// A drift rule; a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,48 +23,131 @@ pub enum RuleKind {
     Floor,
     /// The short window is confidently more than `max_drop` below the baseline window.
     Drop,
+    /// The short window's mean shifted down from the rest of the baseline (scale-free).
+    Shift,
 }
 
 impl RuleKind {
-    /// Both rules.
-    pub const ALL: [RuleKind; 2] = [RuleKind::Floor, RuleKind::Drop];
+    /// Every rule.
+    pub const ALL: [RuleKind; 3] = [RuleKind::Floor, RuleKind::Drop, RuleKind::Shift];
 
     /// The label value.
     pub fn name(self) -> &'static str {
         match self {
             RuleKind::Floor => "floor",
             RuleKind::Drop => "max_drop",
+            RuleKind::Shift => "shift",
         }
     }
 }
 
 /// The evaluated drift state of one series.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DriftState {
     /// The floor rule fires.
     pub below_floor: bool,
     /// The drop rule fires.
     pub dropped: bool,
+    /// The shift rule fires.
+    pub shifted: bool,
     /// The drop threshold as an absolute score: baseline mean minus `max_drop` (absent without a
     /// baseline).
     pub drop_threshold: Option<f64>,
+    /// The shift test's z (positive: the short window is lower), when both windows have spread.
+    pub shift_z: Option<f64>,
+    /// The shift in baseline standard deviations, when the baseline has spread.
+    pub shift_sd: Option<f64>,
+}
+
+/// The two-sample statistics of a short window against the rest of its baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shift {
+    /// Scores in the short window.
+    pub short_count: u64,
+    /// Scores in the baseline outside the short window.
+    pub rest_count: u64,
+    /// (rest mean - short mean) / standard error of the difference.
+    pub z: f64,
+    /// (rest mean - short mean) / rest standard deviation.
+    pub effect_sd: f64,
+}
+
+impl Shift {
+    /// Compares `short` with `baseline` minus `short`; `None` without spread on either side.
+    pub fn between(short: &Moments, baseline: &Moments) -> Option<Shift> {
+        let rest = baseline.minus(short);
+        let (ms, vs) = (short.mean()?, short.variance()?);
+        let (mr, vr) = (rest.mean()?, rest.variance()?);
+        let se = (vs / short.count as f64 + vr / rest.count as f64).sqrt();
+        if se <= 0.0 || vr <= 0.0 {
+            return None;
+        }
+        Some(Shift {
+            short_count: short.count,
+            rest_count: rest.count,
+            z: (mr - ms) / se,
+            effect_sd: (mr - ms) / vr.sqrt(),
+        })
+    }
+
+    /// Whether `rule` fires on this shift with at least `min_samples` on both sides, and at least
+    /// as much history in the reference as in the short window (a reference shorter than the
+    /// window it judges is mostly noise: a young baseline stays quiet).
+    pub fn fires(&self, rule: &ShiftRule, min_samples: u64) -> bool {
+        self.short_count >= min_samples
+            && self.rest_count >= min_samples.max(self.short_count)
+            && self.z >= rule.z
+            && self.effect_sd >= rule.min_sd
+    }
 }
 
 impl DriftState {
-    /// Evaluates `rule` on the short and baseline windows.
+    /// Evaluates `rule` on a judge's own short and baseline windows.
     pub fn evaluate(rule: &DriftRule, short: &WindowStats, baseline: &WindowStats) -> DriftState {
         let enough = short.count >= rule.min_samples;
-        let below_floor = enough && short.ci_upper.is_some_and(|u| u < rule.floor);
-        let drop_threshold = baseline
-            .mean
-            .filter(|_| baseline.count >= rule.min_samples)
-            .map(|m| (m - rule.max_drop).max(0.0));
+        let below_floor =
+            enough && matches!((rule.floor, short.ci_upper), (Some(f), Some(u)) if u < f);
+        let drop_threshold = rule.max_drop.and_then(|d| {
+            baseline
+                .mean
+                .filter(|_| baseline.count >= rule.min_samples)
+                .map(|m| (m - d).max(0.0))
+        });
         let dropped =
             enough && matches!((short.ci_upper, drop_threshold), (Some(u), Some(t)) if u < t);
+        let shift = Shift::between(&short.moments, &baseline.moments);
+        let shifted =
+            matches!((rule.shift, shift), (Some(r), Some(s)) if s.fires(&r, rule.min_samples));
         DriftState {
             below_floor,
             dropped,
+            shifted,
             drop_threshold,
+            shift_z: shift.map(|s| s.z),
+            shift_sd: shift.map(|s| s.effect_sd),
+        }
+    }
+
+    /// Evaluates `rule` on combined estimates: `min_samples` counts judged pairs.
+    pub fn evaluate_estimate(
+        rule: &DriftRule,
+        short: Option<&Estimate>,
+        baseline: Option<&Estimate>,
+    ) -> DriftState {
+        let Some(short) = short.filter(|s| s.pairs >= rule.min_samples) else {
+            return DriftState::default();
+        };
+        let below_floor = rule.floor.is_some_and(|f| short.upper < f);
+        let drop_threshold = rule.max_drop.and_then(|d| {
+            baseline
+                .filter(|b| b.pairs >= rule.min_samples)
+                .map(|b| (b.mean - d).max(0.0))
+        });
+        DriftState {
+            below_floor,
+            dropped: drop_threshold.is_some_and(|t| short.upper < t),
+            drop_threshold,
+            ..DriftState::default()
         }
     }
 
@@ -63,7 +156,13 @@ impl DriftState {
         match kind {
             RuleKind::Floor => self.below_floor,
             RuleKind::Drop => self.dropped,
+            RuleKind::Shift => self.shifted,
         }
+    }
+
+    /// Whether any rule fires.
+    pub fn any(&self) -> bool {
+        self.below_floor || self.dropped || self.shifted
     }
 }
 
@@ -73,8 +172,9 @@ mod tests {
     use crate::window::Ring;
 
     const RULE: DriftRule = DriftRule {
-        floor: 0.7,
-        max_drop: 0.1,
+        floor: Some(0.7),
+        max_drop: Some(0.1),
+        shift: None,
         min_samples: 30,
     };
 
@@ -84,6 +184,12 @@ mod tests {
             r.record(*v, 0);
         }
         r.stats(0, 1.645)
+    }
+
+    fn spread(mean: f64, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| mean + if i % 2 == 0 { 0.1 } else { -0.1 })
+            .collect()
     }
 
     #[test]
@@ -110,5 +216,56 @@ mod tests {
         assert!(!DriftState::evaluate(&RULE, &stats(&[0.9; 50]), &base).dropped);
         // No baseline yet: no drop rule.
         assert!(!DriftState::evaluate(&RULE, &stats(&[0.1; 50]), &stats(&[])).dropped);
+    }
+
+    #[test]
+    fn shift_is_scale_free_and_needs_both_size_and_significance() {
+        let rule = DriftRule {
+            floor: None,
+            max_drop: None,
+            shift: Some(ShiftRule {
+                min_sd: 0.5,
+                z: 3.0,
+            }),
+            min_samples: 30,
+        };
+        // The baseline window contains the short one, as the rings do.
+        let window = |old: &[f64], new: &[f64]| {
+            let all: Vec<f64> = old.iter().chain(new).copied().collect();
+            DriftState::evaluate(&rule, &stats(new), &stats(&all))
+        };
+        // Down by one sd (0.1) on a compressed scale around 0.6: fires.
+        let s = window(&spread(0.6, 400), &spread(0.5, 100));
+        assert!(s.shifted, "{s:?}");
+        assert!((s.shift_sd.unwrap() - 1.0).abs() < 0.02, "{s:?}");
+        // The same shift on another scale (x3 spread around 0.5) is the same number of sds.
+        let wide = |v: Vec<f64>| v.iter().map(|x| 0.5 + 3.0 * (x - 0.5)).collect::<Vec<_>>();
+        let t = window(&wide(spread(0.6, 400)), &wide(spread(0.5, 100)));
+        assert!(t.shifted && (t.shift_sd.unwrap() - s.shift_sd.unwrap()).abs() < 1e-6);
+        // Up is not a drift; too few short samples is not either; a tiny shift is not either.
+        assert!(!window(&spread(0.5, 400), &spread(0.6, 100)).shifted);
+        assert!(!window(&spread(0.6, 400), &spread(0.5, 20)).shifted);
+        assert!(!window(&spread(0.6, 400), &spread(0.58, 100)).shifted);
+    }
+
+    #[test]
+    fn estimates_use_pairs_for_the_minimum() {
+        let est = |mean: f64, half: f64, pairs: u64| Estimate {
+            mean,
+            lower: mean - half,
+            upper: mean + half,
+            half_width: half,
+            lambda: 0.0,
+            pairs,
+        };
+        let s = DriftState::evaluate_estimate(&RULE, Some(&est(0.5, 0.05, 40)), None);
+        assert!(s.below_floor && !s.dropped);
+        assert!(!DriftState::evaluate_estimate(&RULE, Some(&est(0.5, 0.05, 10)), None).any());
+        let d = DriftState::evaluate_estimate(
+            &RULE,
+            Some(&est(0.75, 0.03, 40)),
+            Some(&est(0.95, 0.01, 400)),
+        );
+        assert!(d.dropped && !d.below_floor);
     }
 }

@@ -1,21 +1,22 @@
-//! Windows: rolling per-(metric, stratum, judge) statistics over several window lengths, and the
-//! drift rules evaluated on them.
+//! Windows: rolling per-(metric, stratum, judge) statistics over several window lengths, the
+//! combined estimate built from them, and the drift rules evaluated on both.
 
+mod diagnosis;
 mod drift;
-mod evaluator;
+pub mod estimate;
 mod ring;
 
-pub use drift::{DriftState, RuleKind};
-pub use evaluator::{STAGES, diagnose, evaluate_once, export_thresholds, run_evaluator};
-pub use ring::{Ring, WindowStats};
+pub use diagnosis::{STAGES, diagnose};
+pub use drift::{DriftState, RuleKind, Shift};
+pub use estimate::{Estimate, EstimateSums};
+pub use ring::{Accumulate, Moments, Ring, WindowStats};
 
-use crate::judge::{JudgeKind, Metric};
-use crate::sample::StratumId;
+use crate::labels::{JudgeKind, Metric, StratumId};
 
 /// The rings of one (metric, stratum, judge): one ring per configured window length.
 #[derive(Debug, Clone)]
-pub struct Series {
-    rings: Vec<Ring>,
+pub struct Series<T: Accumulate = Moments> {
+    rings: Vec<Ring<T>>,
 }
 
 /// All window state of a process.
@@ -24,6 +25,7 @@ pub struct Windows {
     window_ms: Vec<u64>,
     strata: usize,
     series: Vec<Series>,
+    estimates: Vec<Series<EstimateSums>>,
 }
 
 impl Windows {
@@ -33,12 +35,50 @@ impl Windows {
         let one = Series {
             rings: window_ms.iter().map(|&w| Ring::new(w, buckets)).collect(),
         };
+        let one_estimate = Series {
+            rings: window_ms.iter().map(|&w| Ring::new(w, buckets)).collect(),
+        };
         let n = Metric::ALL.len() * JudgeKind::ALL.len() * strata;
         Self {
             window_ms,
             strata,
             series: vec![one; n],
+            estimates: vec![one_estimate; Metric::ALL.len() * strata],
         }
+    }
+
+    fn window(&self, window_secs: u64) -> Option<usize> {
+        self.window_ms.iter().position(|&w| w == window_secs * 1000)
+    }
+
+    fn estimate_index(&self, metric: Metric, stratum: StratumId) -> usize {
+        (metric as usize) * self.strata + stratum
+    }
+
+    /// Adds the sums of one trace or judged pair to the combined estimate of (metric, stratum).
+    pub fn record_estimate(
+        &mut self,
+        metric: Metric,
+        stratum: StratumId,
+        sums: &EstimateSums,
+        now_ms: u64,
+    ) {
+        let i = self.estimate_index(metric, stratum);
+        for ring in &mut self.estimates[i].rings {
+            ring.update(now_ms, |t| t.merge(sums));
+        }
+    }
+
+    /// The combined estimate's sums of (metric, stratum) over the window of `window_secs`.
+    pub fn estimate_sums(
+        &self,
+        metric: Metric,
+        stratum: StratumId,
+        window_secs: u64,
+        now_ms: u64,
+    ) -> Option<EstimateSums> {
+        let w = self.window(window_secs)?;
+        Some(self.estimates[self.estimate_index(metric, stratum)].rings[w].total(now_ms))
     }
 
     fn index(&self, metric: Metric, judge: JudgeKind, stratum: StratumId) -> usize {
@@ -70,10 +110,7 @@ impl Windows {
         now_ms: u64,
         z: f64,
     ) -> Option<WindowStats> {
-        let w = self
-            .window_ms
-            .iter()
-            .position(|&w| w == window_secs * 1000)?;
+        let w = self.window(window_secs)?;
         Some(self.series[self.index(metric, judge, stratum)].rings[w].stats(now_ms, z))
     }
 }

@@ -4,21 +4,69 @@
 //! A window of W ms with B buckets covers between W - W/B and W of history: the current bucket is
 //! partly filled. That resolution is the price of O(B) memory whatever the traffic.
 
-/// One bucket; `epoch` is the absolute bucket number it holds, so stale buckets are recognised
-/// without a sweep.
-#[derive(Debug, Clone, Copy, Default)]
-struct Bucket {
-    epoch: u64,
-    count: u64,
-    sum: f64,
-    sum_sq: f64,
+/// What a bucket accumulates: a value that sums exactly across buckets.
+pub trait Accumulate: Default + Clone + std::fmt::Debug {
+    /// Adds `other` into `self`.
+    fn merge(&mut self, other: &Self);
 }
 
-/// Rolling statistics over one window length.
+/// Count, sum and sum of squares of scores: mean and variance of a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Moments {
+    /// Scores.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// The sum of their squares.
+    pub sum_sq: f64,
+}
+
+impl Accumulate for Moments {
+    fn merge(&mut self, other: &Self) {
+        self.count += other.count;
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+    }
+}
+
+impl Moments {
+    /// The moments of the scores in `self` but not in `part` (a window minus a window it contains).
+    pub fn minus(&self, part: &Moments) -> Moments {
+        Moments {
+            count: self.count.saturating_sub(part.count),
+            sum: (self.sum - part.sum).max(0.0),
+            sum_sq: (self.sum_sq - part.sum_sq).max(0.0),
+        }
+    }
+
+    /// The mean, or `None` without scores.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+
+    /// The sample variance (n - 1), or `None` with fewer than two scores.
+    pub fn variance(&self) -> Option<f64> {
+        let n = self.count as f64;
+        (self.count > 1).then(|| {
+            let mean = self.sum / n;
+            ((self.sum_sq - n * mean * mean) / (n - 1.0)).max(0.0)
+        })
+    }
+}
+
+/// One bucket; `epoch` is the absolute bucket number it holds, so stale buckets are recognised
+/// without a sweep.
 #[derive(Debug, Clone)]
-pub struct Ring {
+struct Bucket<T> {
+    epoch: u64,
+    value: T,
+}
+
+/// Rolling sums over one window length.
+#[derive(Debug, Clone)]
+pub struct Ring<T = Moments> {
     width_ms: u64,
-    buckets: Vec<Bucket>,
+    buckets: Vec<Bucket<T>>,
 }
 
 /// The statistics of a window at one moment.
@@ -32,9 +80,11 @@ pub struct WindowStats {
     pub ci_lower: Option<f64>,
     /// Upper confidence bound of the mean, clamped to [0, 1].
     pub ci_upper: Option<f64>,
+    /// The exact sums behind the figures above.
+    pub moments: Moments,
 }
 
-impl Ring {
+impl<T: Accumulate> Ring<T> {
     /// A ring covering `window_ms` with `buckets` buckets (at least 1 ms each).
     pub fn new(window_ms: u64, buckets: u32) -> Self {
         let n = buckets.max(1) as usize;
@@ -44,67 +94,82 @@ impl Ring {
             buckets: vec![
                 Bucket {
                     epoch: u64::MAX,
-                    ..Bucket::default()
+                    value: T::default(),
                 };
                 n
             ],
         }
     }
 
-    /// Adds `value` at `now_ms`. Non-finite values are ignored (judges never produce them).
-    pub fn record(&mut self, value: f64, now_ms: u64) {
-        if !value.is_finite() {
-            return;
-        }
+    /// Updates the bucket of `now_ms` with `f`.
+    pub fn update(&mut self, now_ms: u64, f: impl FnOnce(&mut T)) {
         let epoch = now_ms / self.width_ms;
         let n = self.buckets.len() as u64;
         let b = &mut self.buckets[(epoch % n) as usize];
         if b.epoch != epoch {
             *b = Bucket {
                 epoch,
-                ..Bucket::default()
+                value: T::default(),
             };
         }
-        b.count += 1;
-        b.sum += value;
-        b.sum_sq += value * value;
+        f(&mut b.value);
+    }
+
+    /// The sum of the buckets still inside the window at `now_ms`.
+    pub fn total(&self, now_ms: u64) -> T {
+        let epoch = now_ms / self.width_ms;
+        let n = self.buckets.len() as u64;
+        let oldest = epoch.saturating_sub(n - 1);
+        let mut total = T::default();
+        for b in &self.buckets {
+            if b.epoch != u64::MAX && b.epoch >= oldest && b.epoch <= epoch {
+                total.merge(&b.value);
+            }
+        }
+        total
+    }
+}
+
+impl Ring<Moments> {
+    /// Adds `value` at `now_ms`. Non-finite values are ignored (judges never produce them).
+    pub fn record(&mut self, value: f64, now_ms: u64) {
+        if !value.is_finite() {
+            return;
+        }
+        self.update(now_ms, |m| {
+            m.count += 1;
+            m.sum += value;
+            m.sum_sq += value * value;
+        });
     }
 
     /// Statistics of the buckets still inside the window at `now_ms`; `z` sets the bound's width.
     pub fn stats(&self, now_ms: u64, z: f64) -> WindowStats {
-        let epoch = now_ms / self.width_ms;
-        let n = self.buckets.len() as u64;
-        let oldest = epoch.saturating_sub(n - 1);
-        let (mut count, mut sum, mut sum_sq) = (0u64, 0.0, 0.0);
-        for b in &self.buckets {
-            if b.epoch != u64::MAX && b.epoch >= oldest && b.epoch <= epoch {
-                count += b.count;
-                sum += b.sum;
-                sum_sq += b.sum_sq;
-            }
-        }
-        if count == 0 {
+        WindowStats::from_moments(self.total(now_ms), z)
+    }
+}
+
+impl WindowStats {
+    /// Mean and normal-approximation bounds of `moments`.
+    pub fn from_moments(moments: Moments, z: f64) -> WindowStats {
+        let Some(mean) = moments.mean() else {
             return WindowStats {
-                count,
+                count: 0,
                 mean: None,
                 ci_lower: None,
                 ci_upper: None,
+                moments,
             };
-        }
-        let c = count as f64;
-        let mean = sum / c;
-        let var = if count > 1 {
-            ((sum_sq - c * mean * mean) / (c - 1.0)).max(0.0)
-        } else {
-            // One sample says nothing about spread: assume the widest a [0,1] score can have.
-            0.25
         };
-        let half = z * (var / c).sqrt();
+        // One sample says nothing about spread: assume the widest a [0,1] score can have.
+        let var = moments.variance().unwrap_or(0.25);
+        let half = z * (var / moments.count as f64).sqrt();
         WindowStats {
-            count,
+            count: moments.count,
             mean: Some(mean.clamp(0.0, 1.0)),
             ci_lower: Some((mean - half).clamp(0.0, 1.0)),
             ci_upper: Some((mean + half).clamp(0.0, 1.0)),
+            moments,
         }
     }
 }

@@ -288,11 +288,10 @@ mod tests {
         let mut sample = SampleConfig {
             default_rate: 0.0,
             min_per_window: 3,
-            min_window_secs: 60,
             ..SampleConfig::default()
         };
         sample.rates.insert("head".into(), 1.0);
-        let mut sampler = Sampler::new(&sample, &["head".into(), "out_of_scope".into()]);
+        let mut sampler = Sampler::new(&sample, 60, &["head".into(), "out_of_scope".into()]);
         let (mut head, mut small, mut small_sampled) = (0, 0, 0);
         for minute in 0..60u64 {
             for i in 0..60u64 {

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod drift;
+
+pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
+
 /// Why a configuration could not be loaded. Each variant names the offending field or file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -31,14 +35,18 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A value is out of range or inconsistent with another one.
-    #[error("invalid config field `{field}`: {reason}")]
-    Invalid {
-        /// Dotted path of the field.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// Values out of range or inconsistent with others: every problem found, each naming its field.
+    #[error("invalid config:{}", .0.iter().map(|p| format!("\n  `{}`: {}", p.field, p.reason)).collect::<String>())]
+    Invalid(Vec<FieldProblem>),
+}
+
+/// One invalid field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    /// Dotted path of the field.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 /// The whole configuration of one ragwatch process.
@@ -81,6 +89,28 @@ pub struct Config {
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// Log output.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colour only when stderr is a terminal and `NO_COLOR` is unset.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Log output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    #[serde(default = "default_log_format")]
+    pub format: LogFormat,
 }
 
 /// The kind of trace source.
@@ -194,6 +224,22 @@ pub struct StrataConfig {
     /// Rules tried in order when a trace carries no stratum; the first match wins.
     #[serde(default)]
     pub rules: Vec<StratumRule>,
+    /// Declared strata whose questions the service should decline: their answer and context
+    /// relevance are low by design, so those alerts skip them and the refusal alert watches them
+    /// (exported as `ragwatch_stratum_info{scope="out_of_scope"}`). Absent: the declared stratum
+    /// named `out_of_scope`, if there is one.
+    #[serde(default)]
+    pub out_of_scope: Option<Vec<String>>,
+}
+
+impl StrataConfig {
+    /// Whether `stratum` is declared out of scope.
+    pub fn is_out_of_scope(&self, stratum: &str) -> bool {
+        match &self.out_of_scope {
+            Some(list) => list.iter().any(|s| s == stratum),
+            None => stratum == "out_of_scope" && self.declared.iter().any(|s| s == stratum),
+        }
+    }
 }
 
 /// One stratum assignment rule: a metadata field equality or a query regex (or both, all must match).
@@ -226,12 +272,20 @@ pub struct SampleConfig {
     /// Each stratum gets at least this many samples per `min_window_secs`, whatever its rate.
     #[serde(default = "default_min_per_window")]
     pub min_per_window: u32,
-    /// Window of the per-stratum minimum.
-    #[serde(default = "default_min_window_secs")]
-    pub min_window_secs: u64,
+    /// Window of the per-stratum minimum. Absent: `windows.short_secs`, so every short window of
+    /// every stratum holds `min_per_window` LLM verdicts, enough for its rules' `min_samples`.
+    #[serde(default)]
+    pub min_window_secs: Option<u64>,
     /// Traces the offline judge is unsure about are sampled at this multiple of the rate.
     #[serde(default = "default_uncertain_boost")]
     pub uncertain_boost: f64,
+}
+
+impl SampleConfig {
+    /// The window of the per-stratum minimum, resolved against the windows config.
+    pub fn min_window_secs(&self, windows: &WindowsConfig) -> u64 {
+        self.min_window_secs.unwrap_or(windows.short_secs).max(1)
+    }
 }
 
 /// Which judge scores the sample.
@@ -338,6 +392,12 @@ pub struct LlmConfig {
     /// Append a verdict record (claims, raw outputs, usage, latency) per judged trace to this file.
     #[serde(default)]
     pub records_path: Option<PathBuf>,
+    /// The records file is rotated when it reaches this size (`path.1`, `path.2`, ...).
+    #[serde(default = "default_records_max_bytes")]
+    pub records_max_bytes: u64,
+    /// Rotated records files kept besides the live one; older ones are deleted.
+    #[serde(default = "default_records_keep_files")]
+    pub records_keep_files: u32,
     /// Also publish every verdict record to this Kafka topic (brokers and properties from `[kafka]`).
     #[serde(default)]
     pub records_topic: Option<String>,
@@ -410,36 +470,6 @@ pub struct WindowsConfig {
     /// z-score of the confidence bound (1.645 is one-sided 95 %).
     #[serde(default = "default_z")]
     pub z: f64,
-}
-
-/// Drift rules for each metric, overridable per stratum.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DriftConfig {
-    /// Rules for faithfulness.
-    #[serde(default = "default_faith_rule")]
-    pub faithfulness: DriftRule,
-    /// Rules for answer relevancy.
-    #[serde(default = "default_relevancy_rule")]
-    pub answer_relevancy: DriftRule,
-    /// Rules for context relevance (retrieval quality).
-    #[serde(default = "default_context_rule")]
-    pub context_relevance: DriftRule,
-    /// Per-stratum overrides: `[drift.overrides.tail.faithfulness]`.
-    #[serde(default)]
-    pub overrides: BTreeMap<String, BTreeMap<String, DriftRule>>,
-}
-
-/// Floor, maximum drop and minimum samples for one metric.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DriftRule {
-    /// The short window's mean must stay above this (fires when even its upper bound is below).
-    pub floor: f64,
-    /// The short window may fall at most this far below the baseline (upper bound vs baseline mean).
-    pub max_drop: f64,
-    /// Neither rule fires with fewer samples than this in the short window.
-    pub min_samples: u64,
 }
 
 /// The admin HTTP server.
@@ -516,9 +546,6 @@ fn default_sample_rate() -> f64 {
 fn default_min_per_window() -> u32 {
     20
 }
-fn default_min_window_secs() -> u64 {
-    300
-}
 fn default_uncertain_boost() -> f64 {
     3.0
 }
@@ -551,20 +578,6 @@ fn default_evaluate_interval_ms() -> u64 {
 }
 fn default_z() -> f64 {
     1.645
-}
-fn default_faith_rule() -> DriftRule {
-    DriftRule {
-        floor: 0.7,
-        max_drop: 0.1,
-        min_samples: 30,
-    }
-}
-fn default_relevancy_rule() -> DriftRule {
-    DriftRule {
-        floor: 0.6,
-        max_drop: 0.1,
-        min_samples: 30,
-    }
 }
 fn default_base_url() -> String {
     "https://api.openai.com/v1".into()
@@ -637,18 +650,20 @@ fn default_tpd() -> u64 {
 fn default_reserve_ratio() -> f64 {
     0.2
 }
-fn default_context_rule() -> DriftRule {
-    DriftRule {
-        floor: 0.3,
-        max_drop: 0.15,
-        min_samples: 30,
-    }
-}
 fn default_listen() -> String {
     "0.0.0.0:9464".into()
 }
 fn default_grace_secs() -> u64 {
     20
+}
+fn default_log_format() -> LogFormat {
+    LogFormat::Text
+}
+fn default_records_max_bytes() -> u64 {
+    64 << 20
+}
+fn default_records_keep_files() -> u32 {
+    3
 }
 
 /// Implements `Default` through serde's field defaults, so the two can never disagree.
@@ -670,11 +685,11 @@ default_from_serde!(
     SampleConfig,
     JudgeConfig,
     WindowsConfig,
-    DriftConfig,
     LlmConfig,
     BudgetConfig,
     HttpConfig,
-    ShutdownConfig
+    ShutdownConfig,
+    LogConfig
 );
 
 /// The prefix of environment overrides.
@@ -712,236 +727,284 @@ impl Config {
         Ok(config)
     }
 
-    /// Cross-field checks that serde cannot express.
+    /// Cross-field checks that serde cannot express. Reports every problem at once.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field: &str, reason: String| ConfigError::Invalid {
-            field: field.into(),
-            reason,
-        };
+        let mut p = Problems::default();
+        self.validate_source(&mut p);
+        self.validate_strata(&mut p);
+        self.validate_sampling(&mut p);
+        self.validate_windows(&mut p);
+        self.validate_drift(&mut p);
+        self.validate_llm(&mut p);
+        if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
+            p.add("http.listen", e.to_string());
+        }
+        p.into_result()
+    }
+
+    fn validate_source(&self, p: &mut Problems) {
         if self.source.rate_per_sec < 0.0 || !self.source.rate_per_sec.is_finite() {
-            return Err(invalid("source.rate_per_sec", "must be >= 0".into()));
+            p.add("source.rate_per_sec", "must be >= 0");
         }
         if self.source.kind == SourceKind::Kafka {
             if self.kafka.brokers.trim().is_empty() {
-                return Err(invalid("kafka.brokers", "must not be empty".into()));
+                p.add("kafka.brokers", "must not be empty");
             }
             if self.kafka.topics.is_empty() {
-                return Err(invalid(
-                    "kafka.topics",
-                    "must name at least one topic".into(),
-                ));
+                p.add("kafka.topics", "must name at least one topic");
             }
             if self.kafka.group_id.trim().is_empty() {
-                return Err(invalid("kafka.group_id", "must not be empty".into()));
+                p.add("kafka.group_id", "must not be empty");
             }
         }
         for key in self.kafka.properties.keys() {
+            let field = format!("kafka.properties.{key}");
             if key.contains("password") || key.contains("secret") {
-                return Err(invalid(
-                    &format!("kafka.properties.{key}"),
+                p.add(
+                    &field,
                     format!(
                         "secrets are read from the environment (${}), never from the config file",
                         self.kafka.sasl_password_env
                     ),
-                ));
+                );
             }
             if key == "enable.auto.offset.store" || key == "group.id" {
-                return Err(invalid(
-                    &format!("kafka.properties.{key}"),
-                    "is managed by ragwatch".into(),
-                ));
+                p.add(&field, "is managed by ragwatch");
             }
         }
-        if self.decode.max_message_bytes == 0 || self.decode.max_field_bytes == 0 {
-            return Err(invalid(
-                "decode.max_message_bytes",
-                "limits must be > 0".into(),
-            ));
+        for (field, v) in [
+            ("decode.max_message_bytes", self.decode.max_message_bytes),
+            ("decode.max_field_bytes", self.decode.max_field_bytes),
+            ("decode.max_contexts", self.decode.max_contexts),
+        ] {
+            if v == 0 {
+                p.add(field, "must be > 0");
+            }
         }
+    }
+
+    fn validate_strata(&self, p: &mut Problems) {
         let mut seen = std::collections::HashSet::new();
         for (i, s) in self.strata.declared.iter().enumerate() {
+            let field = format!("strata.declared[{i}]");
             if !valid_label(s) {
-                return Err(invalid(
-                    &format!("strata.declared[{i}]"),
-                    format!("`{s}` must match [a-z0-9_]{{1,64}}"),
-                ));
+                p.add(&field, format!("`{s}` must match [a-z0-9_]{{1,64}}"));
             }
-            if s == crate::sample::OTHER_STRATUM {
-                return Err(invalid(
-                    &format!("strata.declared[{i}]"),
-                    "`other` is reserved for undeclared strata".into(),
-                ));
+            if s == crate::labels::OTHER_STRATUM {
+                p.add(&field, "`other` is reserved for undeclared strata");
             }
             if !seen.insert(s) {
-                return Err(invalid(
-                    &format!("strata.declared[{i}]"),
-                    format!("`{s}` is declared twice"),
-                ));
+                p.add(&field, format!("`{s}` is declared twice"));
             }
         }
         for (i, rule) in self.strata.rules.iter().enumerate() {
             let field = format!("strata.rules[{i}]");
             if !self.strata.declared.contains(&rule.stratum)
-                && rule.stratum != crate::sample::DEFAULT_STRATUM
+                && rule.stratum != crate::labels::DEFAULT_STRATUM
             {
-                return Err(invalid(
+                p.add(
                     &format!("{field}.stratum"),
                     format!("`{}` is not declared", rule.stratum),
-                ));
+                );
             }
             if rule.metadata_field.is_none() && rule.query_regex.is_none() {
-                return Err(invalid(
-                    &field,
-                    "needs metadata_field+equals or query_regex".into(),
-                ));
+                p.add(&field, "needs metadata_field+equals or query_regex");
             }
             if rule.metadata_field.is_some() != rule.equals.is_some() {
-                return Err(invalid(
-                    &field,
-                    "metadata_field and equals go together".into(),
-                ));
+                let missing = if rule.equals.is_none() {
+                    "equals"
+                } else {
+                    "metadata_field"
+                };
+                p.add(
+                    &format!("{field}.{missing}"),
+                    "metadata_field and equals go together",
+                );
             }
-            if let Some(re) = &rule.query_regex {
-                regex::Regex::new(re)
-                    .map_err(|e| invalid(&format!("{field}.query_regex"), e.to_string()))?;
+            if let Some(re) = &rule.query_regex
+                && let Err(e) = regex::Regex::new(re)
+            {
+                p.add(&format!("{field}.query_regex"), e.to_string());
             }
         }
-        check_ratio("sample.default_rate", self.sample.default_rate)?;
+        for (i, s) in self.strata.out_of_scope.iter().flatten().enumerate() {
+            if !self.strata.declared.contains(s) {
+                p.add(
+                    &format!("strata.out_of_scope[{i}]"),
+                    format!("`{s}` is not declared"),
+                );
+            }
+        }
+    }
+
+    fn validate_sampling(&self, p: &mut Problems) {
+        p.ratio("sample.default_rate", self.sample.default_rate);
         for (stratum, rate) in &self.sample.rates {
-            check_ratio(&format!("sample.rates.{stratum}"), *rate)?;
-            self.check_stratum(&format!("sample.rates.{stratum}"), stratum)?;
-        }
-        if !(0.0..1.0).contains(&self.budget.reserve_ratio) {
-            return Err(invalid("budget.reserve_ratio", "must be in [0, 1)".into()));
+            let field = format!("sample.rates.{stratum}");
+            p.ratio(&field, *rate);
+            self.check_stratum(p, &field, stratum);
         }
         if !(self.sample.uncertain_boost >= 1.0 && self.sample.uncertain_boost.is_finite()) {
-            return Err(invalid("sample.uncertain_boost", "must be >= 1".into()));
+            p.add("sample.uncertain_boost", "must be >= 1");
         }
-        if self.sample.min_window_secs == 0 {
-            return Err(invalid("sample.min_window_secs", "must be > 0".into()));
+        if self.sample.min_window_secs == Some(0) {
+            p.add("sample.min_window_secs", "must be > 0");
         }
-        if self.judge.queue_capacity == 0 || self.judge.workers == 0 {
-            return Err(invalid(
-                "judge.queue_capacity",
-                "queue_capacity and workers must be > 0".into(),
-            ));
+        if self.judge.queue_capacity == 0 {
+            p.add("judge.queue_capacity", "must be > 0");
         }
-        check_ratio("judge.faithful_threshold", self.judge.faithful_threshold)?;
+        if self.judge.workers == 0 {
+            p.add("judge.workers", "must be > 0");
+        }
+        p.ratio("judge.faithful_threshold", self.judge.faithful_threshold);
+        if !(0.0..1.0).contains(&self.budget.reserve_ratio) {
+            p.add("budget.reserve_ratio", "must be in [0, 1)");
+        }
+        // A zero limit is a judge that silently never runs: refuse it, say how to switch off.
+        for (field, zero) in [
+            (
+                "budget.requests_per_minute",
+                self.budget.requests_per_minute == 0,
+            ),
+            (
+                "budget.tokens_per_minute",
+                self.budget.tokens_per_minute == 0,
+            ),
+            ("budget.tokens_per_day", self.budget.tokens_per_day == 0),
+        ] {
+            if zero {
+                p.add(
+                    field,
+                    "must be > 0 (to run no LLM judge, set judge.sampled = \"none\")",
+                );
+            }
+        }
+    }
+
+    fn validate_windows(&self, p: &mut Problems) {
         let w = &self.windows;
         if w.window_secs.is_empty() || w.window_secs.contains(&0) {
-            return Err(invalid(
+            p.add(
                 "windows.window_secs",
-                "needs at least one window, each > 0 s".into(),
-            ));
+                "needs at least one window, each > 0 s",
+            );
         }
         if w.buckets < 2 || w.buckets > 10_000 {
-            return Err(invalid("windows.buckets", "must be in 2..=10000".into()));
+            p.add("windows.buckets", "must be in 2..=10000");
         }
         for (name, secs) in [
             ("windows.short_secs", w.short_secs),
             ("windows.baseline_secs", w.baseline_secs),
         ] {
             if !w.window_secs.contains(&secs) {
-                return Err(invalid(
-                    name,
-                    format!("{secs} is not in windows.window_secs"),
-                ));
+                p.add(name, format!("{secs} is not in windows.window_secs"));
             }
         }
         if w.short_secs > w.baseline_secs {
-            return Err(invalid(
+            p.add(
                 "windows.short_secs",
-                "must not be longer than baseline_secs".into(),
-            ));
+                "must not be longer than baseline_secs",
+            );
         }
-        if w.evaluate_interval_ms == 0 || !(w.z.is_finite() && w.z >= 0.0) {
-            return Err(invalid(
-                "windows.evaluate_interval_ms",
-                "interval must be > 0 and z >= 0".into(),
-            ));
+        if w.evaluate_interval_ms == 0 {
+            p.add("windows.evaluate_interval_ms", "must be > 0");
         }
-        for (name, rule) in [
-            ("drift.faithfulness", &self.drift.faithfulness),
-            ("drift.answer_relevancy", &self.drift.answer_relevancy),
-            ("drift.context_relevance", &self.drift.context_relevance),
-        ] {
-            check_rule(name, rule)?;
+        if !(w.z.is_finite() && w.z >= 0.0) {
+            p.add("windows.z", "must be finite and >= 0");
         }
-        for (stratum, rules) in &self.drift.overrides {
-            self.check_stratum(&format!("drift.overrides.{stratum}"), stratum)?;
-            for (metric, rule) in rules {
-                let field = format!("drift.overrides.{stratum}.{metric}");
-                if crate::judge::Metric::from_name(metric).is_none() {
-                    return Err(invalid(&field, format!("unknown metric `{metric}`")));
-                }
-                check_rule(&field, rule)?;
+    }
+
+    fn validate_drift(&self, p: &mut Problems) {
+        for (field, stratum, rule) in self.drift.sections() {
+            if let Some(stratum) = stratum {
+                self.check_stratum(p, &format!("drift.overrides.{stratum}"), stratum);
+            }
+            for (key, reason) in rule.problems() {
+                p.add(&format!("{field}.{key}"), reason);
             }
         }
+        if self.judge.sampled != SampledJudge::Llm {
+            return;
+        }
+        // Guaranteed LLM samples of a stratum in one short window: a minimum above this means
+        // the rule can never fire for a small stratum.
+        let per_window = self.sample.min_window_secs(&self.windows);
+        let guaranteed =
+            u64::from(self.sample.min_per_window) * self.windows.short_secs / per_window.max(1);
+        for stratum in self.strata.declared.iter() {
+            for metric in crate::labels::Metric::ALL {
+                let judge = crate::labels::JudgeKind::Combined;
+                let rule = self.drift.rule(metric, judge, stratum);
+                if rule.any() && rule.min_samples > guaranteed.max(1) {
+                    p.add(
+                        &format!("drift.rules.{}.{}.min_samples", metric.name(), judge.name()),
+                        format!(
+                            "{} is more than the {guaranteed} guaranteed samples per short window \
+                             (sample.min_per_window = {} per {per_window} s): a small stratum's rule \
+                             could never fire",
+                            rule.min_samples, self.sample.min_per_window
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn validate_llm(&self, p: &mut Problems) {
         let llm = &self.llm;
         if self.judge.sampled == SampledJudge::Llm {
             if !(llm.base_url.starts_with("http://") || llm.base_url.starts_with("https://")) {
-                return Err(invalid("llm.base_url", "must be an http(s) URL".into()));
+                p.add("llm.base_url", "must be an http(s) URL");
             }
-            if llm.chat_model.trim().is_empty() || llm.embedding_model.trim().is_empty() {
-                return Err(invalid(
-                    "llm.chat_model",
-                    "chat and embedding models must be named".into(),
-                ));
+            if llm.chat_model.trim().is_empty() {
+                p.add("llm.chat_model", "must be named");
+            }
+            if llm.embedding_model.trim().is_empty() {
+                p.add("llm.embedding_model", "must be named");
             }
         }
         if !(1..=10).contains(&llm.relevancy_questions) {
-            return Err(invalid(
-                "llm.relevancy_questions",
-                "must be in 1..=10".into(),
-            ));
+            p.add("llm.relevancy_questions", "must be in 1..=10");
         }
-        if llm.max_attempts == 0 || llm.max_output_tokens == 0 || llm.trace_deadline_ms == 0 {
-            return Err(invalid(
-                "llm.max_attempts",
-                "max_attempts, max_output_tokens and trace_deadline_ms must be > 0".into(),
-            ));
-        }
-        if llm.canary_interval_secs == 0 {
-            return Err(invalid("llm.canary_interval_secs", "must be > 0".into()));
+        for (field, zero) in [
+            ("llm.max_attempts", llm.max_attempts == 0),
+            ("llm.max_output_tokens", llm.max_output_tokens == 0),
+            ("llm.trace_deadline_ms", llm.trace_deadline_ms == 0),
+            ("llm.request_timeout_ms", llm.request_timeout_ms == 0),
+            ("llm.canary_interval_secs", llm.canary_interval_secs == 0),
+            ("llm.records_max_bytes", llm.records_max_bytes == 0),
+        ] {
+            if zero {
+                p.add(field, "must be > 0");
+            }
         }
         if !(0.0..=2.0).contains(&llm.temperature) {
-            return Err(invalid("llm.temperature", "must be in [0, 2]".into()));
+            p.add("llm.temperature", "must be in [0, 2]");
         }
         for key in llm.headers.keys() {
             let k = key.to_ascii_lowercase();
             if k == "authorization" || k == "api-key" || k.contains("secret") || k.contains("token")
             {
-                return Err(invalid(
+                p.add(
                     &format!("llm.headers.{key}"),
                     format!(
                         "credentials come from ${} or llm.api_key_file",
                         llm.api_key_env
                     ),
-                ));
+                );
             }
         }
-        self.http
-            .listen
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| invalid("http.listen", e.to_string()))?;
-        Ok(())
     }
 
-    /// The drift rule for `metric` in `stratum`, with overrides applied.
-    pub fn drift_rule(&self, metric: crate::judge::Metric, stratum: &str) -> DriftRule {
-        if let Some(rule) = self
-            .drift
-            .overrides
-            .get(stratum)
-            .and_then(|m| m.get(metric.name()))
-        {
-            return *rule;
-        }
-        match metric {
-            crate::judge::Metric::Faithfulness => self.drift.faithfulness,
-            crate::judge::Metric::AnswerRelevancy => self.drift.answer_relevancy,
-            crate::judge::Metric::ContextRelevance => self.drift.context_relevance,
-        }
+    /// The drift rule for `metric` as judged by `judge` in `stratum`, with overrides applied.
+    pub fn drift_rule(
+        &self,
+        metric: crate::labels::Metric,
+        judge: crate::labels::JudgeKind,
+        stratum: &str,
+    ) -> DriftRule {
+        self.drift.rule(metric, judge, stratum)
     }
 
     /// The effective config as TOML, secrets redacted, for `check-config`.
@@ -955,35 +1018,41 @@ impl Config {
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
     }
 
-    fn check_stratum(&self, field: &str, stratum: &str) -> Result<(), ConfigError> {
-        if self.strata.declared.iter().any(|s| s == stratum)
-            || stratum == crate::sample::DEFAULT_STRATUM
-            || stratum == crate::sample::OTHER_STRATUM
+    fn check_stratum(&self, p: &mut Problems, field: &str, stratum: &str) {
+        if !(self.strata.declared.iter().any(|s| s == stratum)
+            || stratum == crate::labels::DEFAULT_STRATUM
+            || stratum == crate::labels::OTHER_STRATUM)
         {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid {
-                field: field.into(),
-                reason: format!("stratum `{stratum}` is not declared"),
-            })
+            p.add(field, format!("stratum `{stratum}` is not declared"));
         }
     }
 }
 
-fn check_ratio(field: &str, v: f64) -> Result<(), ConfigError> {
-    if (0.0..=1.0).contains(&v) {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            field: field.into(),
-            reason: format!("{v} is not in [0, 1]"),
-        })
-    }
-}
+/// Problems found while validating, in the order found.
+#[derive(Debug, Default)]
+struct Problems(Vec<FieldProblem>);
 
-fn check_rule(field: &str, rule: &DriftRule) -> Result<(), ConfigError> {
-    check_ratio(&format!("{field}.floor"), rule.floor)?;
-    check_ratio(&format!("{field}.max_drop"), rule.max_drop)
+impl Problems {
+    fn add(&mut self, field: &str, reason: impl Into<String>) {
+        self.0.push(FieldProblem {
+            field: field.into(),
+            reason: reason.into(),
+        });
+    }
+
+    fn ratio(&mut self, field: &str, v: f64) {
+        if !(0.0..=1.0).contains(&v) {
+            self.add(field, format!("{v} is not in [0, 1]"));
+        }
+    }
+
+    fn into_result(self) -> Result<(), ConfigError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(self.0))
+        }
+    }
 }
 
 /// Whether `s` can be a stratum label value: short, lowercase, no surprises in PromQL.

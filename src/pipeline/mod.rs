@@ -4,18 +4,21 @@
 //! queue to the sampled judge. `ingest` never waits: a full queue is a counted skip, so the source
 //! keeps pace with the topic whatever the judge does.
 
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+mod pool;
+
+pub use pool::{PoolJudge, run_pool};
+
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::config::{Config, SampledJudge};
+pub use crate::clock::now_ms;
+use crate::config::Config;
 use crate::events;
-use crate::judge::{JudgeKind, Metric, OfflineJudge, Verdict};
-use crate::metrics::Metrics;
-use crate::sample::{Sampler, SamplerDecision, Stratifier, StratumId};
+use crate::judge::{OfflineJudge, Verdict};
+pub use crate::recorder::Shared;
+use crate::sample::{Sampler, SamplerDecision, StratumId};
 use crate::trace::{DecodeError, Decoder, Trace};
-use crate::window::Windows;
 
 /// Where a message came from, so its offset can be stored once it is accounted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,6 +53,8 @@ pub struct JudgeJob {
     pub position: Option<Position>,
     /// Sampled to meet its stratum's minimum per window: may spend the budget's reserve.
     pub priority: bool,
+    /// The probability with which it was going to be sampled (weights the combined estimate).
+    pub probability: f64,
 }
 
 /// The result of evaluating one message with the offline judge.
@@ -63,95 +68,6 @@ pub struct Evaluation {
     pub verdict: Option<Verdict>,
     /// Why a decoded trace has no verdict (a judge failure's outcome label).
     pub skipped: Option<&'static str>,
-}
-
-/// Shared state the pipeline writes and the evaluator and sampled judge read.
-#[derive(Debug, Clone)]
-pub struct Shared {
-    /// Metric families.
-    pub metrics: Arc<Metrics>,
-    /// Rolling windows.
-    pub windows: Arc<Mutex<Windows>>,
-    /// Stratum names.
-    pub stratifier: Arc<Stratifier>,
-}
-
-impl Shared {
-    /// Builds metrics and windows for `config`.
-    pub fn new(config: &Config) -> Self {
-        let stratifier = Arc::new(Stratifier::new(&config.strata));
-        let metrics = Arc::new(Metrics::new(stratifier.names(), &judge_model(config)));
-        let windows = Windows::new(
-            &config.windows.window_secs,
-            config.windows.buckets,
-            stratifier.names().len(),
-        );
-        Self {
-            metrics,
-            windows: Arc::new(Mutex::new(windows)),
-            stratifier,
-        }
-    }
-
-    /// Counts a verdict and adds its scores to the windows.
-    pub fn record(&self, stratum: StratumId, verdict: &Verdict) {
-        let m = &self.metrics;
-        let s = self.stratifier.name(stratum);
-        let j = verdict.judge.name();
-        m.traces_judged.with_label_values(&[s, j]).inc();
-        if verdict.refusal {
-            m.refusals.with_label_values(&[s, j]).inc();
-        }
-        if verdict.faithfulness.is_none() {
-            m.no_claims.with_label_values(&[s, j]).inc();
-        }
-        if verdict.judge == JudgeKind::Offline && verdict.citations.total > 0 {
-            let c = verdict.citations;
-            m.citations
-                .with_label_values(&[s, "true"])
-                .inc_by(u64::from(c.valid));
-            m.citations
-                .with_label_values(&[s, "false"])
-                .inc_by(u64::from(c.total - c.valid));
-        }
-        let now = now_ms();
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        for metric in Metric::ALL {
-            if let Some(v) = verdict.score(metric) {
-                let h = match metric {
-                    Metric::Faithfulness => &m.faithfulness,
-                    Metric::AnswerRelevancy => &m.answer_relevancy,
-                    Metric::ContextRelevance => &m.context_relevance,
-                };
-                h.with_label_values(&[s, j]).observe(v);
-                windows.record(metric, verdict.judge, stratum, v, now);
-            }
-        }
-    }
-}
-
-/// The identity of the judges in use, for `ragwatch_build_info{judge_model}`.
-pub fn judge_model(config: &Config) -> String {
-    let offline = OfflineJudge::default();
-    let version = offline.model().report["version"]
-        .as_str()
-        .unwrap_or("dev")
-        .to_owned();
-    match config.judge.sampled {
-        SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
-        SampledJudge::Llm => format!(
-            "offline-{version},{}",
-            crate::judge::llm::LlmJudge::model_id(&config.llm)
-        ),
-    }
-}
-
-/// Wall-clock milliseconds, the time base of the windows.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Ingest for one source task.
@@ -169,7 +85,11 @@ impl Pipeline {
     pub fn new(config: &Config, shared: Shared, judge_tx: Option<mpsc::Sender<JudgeJob>>) -> Self {
         Self {
             decoder: Decoder::new(&config.decode),
-            sampler: Sampler::new(&config.sample, shared.stratifier.names()),
+            sampler: Sampler::new(
+                &config.sample,
+                config.sample.min_window_secs(&config.windows),
+                shared.stratifier.names(),
+            ),
             offline: OfflineJudge::default(),
             shared,
             judge_tx,
@@ -205,6 +125,11 @@ impl Pipeline {
 
     /// Takes in one message. Never blocks.
     pub fn ingest(&mut self, bytes: &[u8], position: Option<Position>) -> Disposition {
+        self.ingest_at(bytes, position, now_ms())
+    }
+
+    /// [`Pipeline::ingest`] at a given wall-clock time (simulations drive the clock).
+    pub fn ingest_at(&mut self, bytes: &[u8], position: Option<Position>, now: u64) -> Disposition {
         let m = Arc::clone(&self.shared.metrics);
         m.source_messages.inc();
         let Evaluation {
@@ -243,10 +168,13 @@ impl Pipeline {
                     .observe(score);
             }
         }
-        self.shared.record(stratum, &verdict);
-        let decision =
-            self.sampler
-                .decide(stratum, &trace.trace_id, now_ms() / 1000, verdict.uncertain);
+        self.shared.record_at(stratum, &verdict, now);
+        let (decision, probability) = self.sampler.decide_with_probability(
+            stratum,
+            &trace.trace_id,
+            now / 1000,
+            verdict.uncertain,
+        );
         if !decision.sampled() {
             return Disposition::Done;
         }
@@ -260,6 +188,7 @@ impl Pipeline {
             offline: verdict,
             position,
             priority: decision == SamplerDecision::Minimum,
+            probability,
         };
         match tx.try_send(job) {
             Ok(()) => {

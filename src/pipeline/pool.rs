@@ -12,10 +12,11 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::llm::{LlmError, LlmJudge};
-use super::{JudgeKind, OfflineJudge, Verdict};
+use super::{JudgeJob, Position};
 use crate::events;
-use crate::pipeline::{JudgeJob, Position, Shared};
+use crate::judge::llm::{LlmError, LlmJudge};
+use crate::judge::{JudgeKind, OfflineJudge, Verdict};
+use crate::recorder::Shared;
 
 /// The judge the pool runs.
 #[derive(Debug, Clone)]
@@ -100,11 +101,13 @@ pub async fn run_pool(
                         "no_claims"
                     };
                     m.judge_requests.with_label_values(&[kind, outcome]).inc();
-                    shared.record(job.stratum, &v);
+                    shared.record_sampled(job.stratum, &v, &job.offline, job.probability);
                 }
                 Err(e) => {
                     m.judge_requests.with_label_values(&[kind, e.kind()]).inc();
-                    let reason = if matches!(e, LlmError::Budget) {
+                    let reason = if matches!(e, LlmError::Budget) && job.priority {
+                        "budget_reserve"
+                    } else if matches!(e, LlmError::Budget) {
                         "budget"
                     } else {
                         "judge_error"

@@ -1,0 +1,167 @@
+//! The recorder: where verdicts become numbers. It writes every verdict to the metric families
+//! (histograms, counters) and to the window rings, and adds each trace's offline score and each
+//! LLM verdict (with its inclusion probability) to the combined estimate. The [`evaluator`] reads
+//! the rings back every second and exports window gauges and drift flags.
+//!
+//! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
+//! record through a [`Shared`].
+
+mod evaluator;
+
+pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
+
+use std::sync::{Arc, Mutex};
+
+use crate::clock::now_ms;
+use crate::config::{Config, SampledJudge};
+use crate::judge::{OfflineJudge, Verdict};
+use crate::labels::{JudgeKind, Metric, StratumId};
+use crate::metrics::Metrics;
+use crate::sample::Stratifier;
+use crate::window::{EstimateSums, Windows};
+
+/// Shared state the pipeline writes and the evaluator and sampled judge read.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Rolling windows.
+    pub windows: Arc<Mutex<Windows>>,
+    /// Stratum names.
+    pub stratifier: Arc<Stratifier>,
+    /// Whether the combined estimate is kept (an LLM judge scores the sample).
+    estimate: bool,
+}
+
+impl Shared {
+    /// Builds metrics and windows for `config`.
+    pub fn new(config: &Config) -> Self {
+        let stratifier = Arc::new(Stratifier::new(&config.strata));
+        let metrics = Arc::new(Metrics::new(stratifier.names(), &judge_model(config)));
+        for stratum in stratifier.names() {
+            let scope = if config.strata.is_out_of_scope(stratum) {
+                "out_of_scope"
+            } else {
+                "in_scope"
+            };
+            metrics
+                .stratum_info
+                .with_label_values(&[stratum.as_str(), scope])
+                .set(1);
+        }
+        let windows = Windows::new(
+            &config.windows.window_secs,
+            config.windows.buckets,
+            stratifier.names().len(),
+        );
+        Self {
+            metrics,
+            windows: Arc::new(Mutex::new(windows)),
+            stratifier,
+            estimate: config.judge.sampled == SampledJudge::Llm,
+        }
+    }
+
+    /// Counts a verdict and adds its scores to the windows (and, for the offline judge, to the
+    /// combined estimate's population).
+    pub fn record(&self, stratum: StratumId, verdict: &Verdict) {
+        self.record_at(stratum, verdict, now_ms());
+    }
+
+    /// [`Shared::record`] at a given time (tests and simulations drive the clock).
+    pub fn record_at(&self, stratum: StratumId, verdict: &Verdict, now: u64) {
+        let m = &self.metrics;
+        let s = self.stratifier.name(stratum);
+        let j = verdict.judge.name();
+        m.traces_judged.with_label_values(&[s, j]).inc();
+        if verdict.refusal {
+            m.refusals.with_label_values(&[s, j]).inc();
+        }
+        if verdict.faithfulness.is_none() {
+            m.no_claims.with_label_values(&[s, j]).inc();
+        }
+        if verdict.judge == JudgeKind::Offline && verdict.citations.total > 0 {
+            let c = verdict.citations;
+            m.citations
+                .with_label_values(&[s, "true"])
+                .inc_by(u64::from(c.valid));
+            m.citations
+                .with_label_values(&[s, "false"])
+                .inc_by(u64::from(c.total - c.valid));
+        }
+        let population = self.estimate && verdict.judge == JudgeKind::Offline;
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for metric in Metric::ALL {
+            let Some(v) = verdict.score(metric) else {
+                continue;
+            };
+            let h = match metric {
+                Metric::Faithfulness => &m.faithfulness,
+                Metric::AnswerRelevancy => &m.answer_relevancy,
+                Metric::ContextRelevance => &m.context_relevance,
+            };
+            h.with_label_values(&[s, j]).observe(v);
+            m.score_squares
+                .with_label_values(&[metric.name(), s, j])
+                .inc_by(v * v);
+            windows.record(metric, verdict.judge, stratum, v, now);
+            if population {
+                let sums = EstimateSums::population(v);
+                windows.record_estimate(metric, stratum, &sums, now);
+                m.add_estimate_terms(metric, s, &sums);
+            }
+        }
+    }
+
+    /// Records a sampled judge's verdict on a trace sampled with `probability`, pairing each of its
+    /// scores with the offline judge's score of the same trace for the combined estimate.
+    pub fn record_sampled(
+        &self,
+        stratum: StratumId,
+        verdict: &Verdict,
+        offline: &Verdict,
+        probability: f64,
+    ) {
+        self.record_sampled_at(stratum, verdict, offline, probability, now_ms());
+    }
+
+    /// [`Shared::record_sampled`] at a given time.
+    pub fn record_sampled_at(
+        &self,
+        stratum: StratumId,
+        verdict: &Verdict,
+        offline: &Verdict,
+        probability: f64,
+        now: u64,
+    ) {
+        self.record_at(stratum, verdict, now);
+        if !self.estimate || verdict.judge != JudgeKind::Llm {
+            return;
+        }
+        let s = self.stratifier.name(stratum);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for metric in Metric::ALL {
+            if let (Some(y), Some(f)) = (verdict.score(metric), offline.score(metric)) {
+                let sums = EstimateSums::pair(y, f, probability);
+                windows.record_estimate(metric, stratum, &sums, now);
+                self.metrics.add_estimate_terms(metric, s, &sums);
+            }
+        }
+    }
+}
+
+/// The identity of the judges in use, for `ragwatch_build_info{judge_model}`.
+pub fn judge_model(config: &Config) -> String {
+    let offline = OfflineJudge::default();
+    let version = offline.model().report["version"]
+        .as_str()
+        .unwrap_or("dev")
+        .to_owned();
+    match config.judge.sampled {
+        SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
+        SampledJudge::Llm => format!(
+            "offline-{version},{}",
+            crate::judge::llm::LlmJudge::model_id(&config.llm)
+        ),
+    }
+}

@@ -1,0 +1,358 @@
+//! The combined estimate: the mean score the LLM judge would give a stratum's traces in a window,
+//! from the offline score of every trace plus the LLM verdicts on the sample.
+//!
+//! Prediction-powered inference (Angelopoulos et al., Science 2023) with PPI++'s power tuning
+//! (Angelopoulos, Duchi, Zrnic 2023), written for a sample drawn with known, unequal probabilities:
+//!
+//! ```text
+//! theta = Yh + lambda * (f_all - Fh)
+//! ```
+//! where `f_all` is the mean offline score of the window's `n` traces, and `Yh`, `Fh` are the
+//! inverse-probability weighted (Hajek) means of the LLM and offline scores over the `k` judged
+//! traces. Any fixed `lambda` keeps `theta` unbiased for the window's mean LLM score; `lambda = 0`
+//! is the LLM-only weighted mean. Its variance, by linearisation under Poisson sampling, is
+//! estimated by `sum_S c_i (d_i - dh)^2 / n^2` with `d = y - lambda f` and `c_i = (1 - pi_i) / pi_i^2`;
+//! `lambda` is the value that minimises it (a weighted regression slope of y on f), clamped to
+//! `[0, LAMBDA_MAX]`, so the interval is never wider than the LLM-only one. A trace sampled with
+//! certainty (`pi = 1`: a stratum's guaranteed minimum) adds no variance: it was not left to chance.
+//!
+//! Every figure is a sum over traces, so windows add bucket by bucket and replicas add in PromQL
+//! (`ragwatch_estimate_terms_total{term}` carries the same sums).
+//!
+//! Limits: the sampled traces that the judge could not score (budget, errors, no claims) are treated
+//! as missing at random; when almost every sample of a window was guaranteed (`pi = 1`) and the
+//! rest of the stratum's traces went unsampled, the variance is underestimated (there is little
+//! randomness left to measure).
+
+use super::ring::Accumulate;
+
+/// `lambda` is not estimated from fewer judged pairs than this; below it the estimate is LLM-only.
+pub const MIN_PAIRS_FOR_TUNING: u64 = 10;
+
+/// The largest `lambda`: the offline score's scale is compressed, so the slope can exceed 1, but a
+/// huge slope only comes from a degenerate sample.
+pub const LAMBDA_MAX: f64 = 20.0;
+
+/// The additive sums behind one combined estimate (names as in the `term` label).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EstimateSums {
+    /// Traces with an offline score.
+    pub n: f64,
+    /// Sum of their offline scores.
+    pub f: f64,
+    /// Judged pairs (LLM and offline score).
+    pub k: f64,
+    /// Sum of 1/pi over the pairs.
+    pub w: f64,
+    /// Sum of y/pi.
+    pub wy: f64,
+    /// Sum of f/pi.
+    pub wf: f64,
+    /// Sum of c = (1-pi)/pi^2.
+    pub c: f64,
+    /// Sum of c*y.
+    pub cy: f64,
+    /// Sum of c*f.
+    pub cf: f64,
+    /// Sum of c*y^2.
+    pub cyy: f64,
+    /// Sum of c*f^2.
+    pub cff: f64,
+    /// Sum of c*y*f.
+    pub cyf: f64,
+}
+
+/// A combined estimate with its confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// The estimated mean LLM score, clamped to [0, 1].
+    pub mean: f64,
+    /// Lower confidence bound, clamped to [0, 1].
+    pub lower: f64,
+    /// Upper confidence bound, clamped to [0, 1].
+    pub upper: f64,
+    /// Half the interval's width before clamping: z times the standard error.
+    pub half_width: f64,
+    /// The weight given to the offline score (0: LLM-only).
+    pub lambda: f64,
+    /// Judged pairs behind it.
+    pub pairs: u64,
+}
+
+impl Accumulate for EstimateSums {
+    fn merge(&mut self, o: &Self) {
+        for (a, b) in self.terms_mut().into_iter().zip(o.terms()) {
+            *a += b;
+        }
+    }
+}
+
+impl EstimateSums {
+    /// The `term` label values, in [`EstimateSums::terms`] order.
+    pub const TERMS: [&'static str; 12] = [
+        "n", "f", "k", "w", "wy", "wf", "c", "cy", "cf", "cyy", "cff", "cyf",
+    ];
+
+    /// The sums, in [`EstimateSums::TERMS`] order.
+    pub fn terms(&self) -> [f64; 12] {
+        [
+            self.n, self.f, self.k, self.w, self.wy, self.wf, self.c, self.cy, self.cf, self.cyy,
+            self.cff, self.cyf,
+        ]
+    }
+
+    fn terms_mut(&mut self) -> [&mut f64; 12] {
+        [
+            &mut self.n,
+            &mut self.f,
+            &mut self.k,
+            &mut self.w,
+            &mut self.wy,
+            &mut self.wf,
+            &mut self.c,
+            &mut self.cy,
+            &mut self.cf,
+            &mut self.cyy,
+            &mut self.cff,
+            &mut self.cyf,
+        ]
+    }
+
+    /// The sums of one trace's offline score `f`.
+    pub fn population(f: f64) -> EstimateSums {
+        EstimateSums {
+            n: 1.0,
+            f,
+            ..EstimateSums::default()
+        }
+    }
+
+    /// The sums of one judged pair: LLM score `y`, offline score `f`, inclusion probability `pi`.
+    pub fn pair(y: f64, f: f64, pi: f64) -> EstimateSums {
+        let pi = pi.clamp(1e-6, 1.0);
+        let w = 1.0 / pi;
+        let c = (1.0 - pi) / (pi * pi);
+        EstimateSums {
+            k: 1.0,
+            w,
+            wy: w * y,
+            wf: w * f,
+            c,
+            cy: c * y,
+            cf: c * f,
+            cyy: c * y * y,
+            cff: c * f * f,
+            cyf: c * y * f,
+            ..EstimateSums::default()
+        }
+    }
+
+    /// The PPI++ estimate at confidence `z`, or `None` without a judged pair or a trace.
+    pub fn estimate(&self, z: f64) -> Option<Estimate> {
+        self.estimate_with(z, None)
+    }
+
+    /// The LLM-only estimate (`lambda = 0`) with the same variance estimator, for comparison.
+    pub fn llm_only(&self, z: f64) -> Option<Estimate> {
+        self.estimate_with(z, Some(0.0))
+    }
+
+    fn estimate_with(&self, z: f64, lambda: Option<f64>) -> Option<Estimate> {
+        if self.k < 1.0 || self.w <= 0.0 || self.n < 1.0 {
+            return None;
+        }
+        let yh = self.wy / self.w;
+        let fh = self.wf / self.w;
+        let saa = self.cyy - 2.0 * yh * self.cy + yh * yh * self.c;
+        let sbb = self.cff - 2.0 * fh * self.cf + fh * fh * self.c;
+        let sab = self.cyf - yh * self.cf - fh * self.cy + yh * fh * self.c;
+        let lambda = lambda.unwrap_or_else(|| {
+            if sbb > 0.0 && self.k >= MIN_PAIRS_FOR_TUNING as f64 {
+                (sab / sbb).clamp(0.0, LAMBDA_MAX)
+            } else {
+                0.0
+            }
+        });
+        let mean = yh + lambda * (self.f / self.n - fh);
+        let var = ((saa - 2.0 * lambda * sab + lambda * lambda * sbb).max(0.0)) / (self.n * self.n);
+        let half = z * var.sqrt();
+        if !(mean.is_finite() && half.is_finite()) {
+            return None;
+        }
+        Some(Estimate {
+            mean: mean.clamp(0.0, 1.0),
+            lower: (mean - half).clamp(0.0, 1.0),
+            upper: (mean + half).clamp(0.0, 1.0),
+            half_width: half,
+            lambda,
+            pairs: self.k as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    /// A window of `n` traces: a latent quality q, an LLM score tracking q, an offline score on a
+    /// compressed scale tracking q with more noise, and "uncertain" traces the offline judge flags
+    /// (those near its middle), which tiering samples at `boost` times the rate. The first `min`
+    /// traces are guaranteed samples (pi = 1), as the sampler's per-window minimum does.
+    struct World {
+        y: Vec<f64>,
+        f: Vec<f64>,
+        uncertain: Vec<bool>,
+    }
+
+    fn world(rng: &mut StdRng, n: usize, bad_share: f64) -> World {
+        let mut w = World {
+            y: Vec::with_capacity(n),
+            f: Vec::with_capacity(n),
+            uncertain: Vec::with_capacity(n),
+        };
+        for _ in 0..n {
+            let bad = rng.random::<f64>() < bad_share;
+            let y: f64 = if bad {
+                0.3 + 0.4 * rng.random::<f64>()
+            } else {
+                0.85 + 0.15 * rng.random::<f64>()
+            };
+            let f = (0.45 + 0.25 * y + 0.15 * (rng.random::<f64>() - 0.5)).clamp(0.0, 1.0);
+            w.uncertain.push((0.55..0.65).contains(&f));
+            w.y.push(y);
+            w.f.push(f);
+        }
+        w
+    }
+
+    fn sample(
+        rng: &mut StdRng,
+        w: &World,
+        rate: f64,
+        boost: f64,
+        min: usize,
+    ) -> (EstimateSums, f64, f64) {
+        let mut sums = EstimateSums::default();
+        let mut taken = 0;
+        let mut naive = 0.0;
+        for i in 0..w.y.len() {
+            sums.merge(&EstimateSums::population(w.f[i]));
+            let pi = if taken < min {
+                1.0
+            } else if w.uncertain[i] {
+                (rate * boost).min(1.0)
+            } else {
+                rate
+            };
+            if rng.random::<f64>() < pi {
+                taken += 1;
+                naive += w.y[i];
+                sums.merge(&EstimateSums::pair(w.y[i], w.f[i], pi));
+            }
+        }
+        let truth = w.y.iter().sum::<f64>() / w.y.len() as f64;
+        (sums, truth, naive / taken as f64)
+    }
+
+    #[test]
+    fn unbiased_under_tiering_and_covers_at_the_stated_rate() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let z = 1.96;
+        let runs = 2000;
+        let (mut covered, mut covered_llm, mut err, mut naive_err) = (0, 0, 0.0, 0.0);
+        let (mut width, mut width_llm) = (0.0, 0.0);
+        for _ in 0..runs {
+            let w = world(&mut rng, 2000, 0.2);
+            let (sums, truth, naive) = sample(&mut rng, &w, 0.05, 4.0, 10);
+            let e = sums.estimate(z).unwrap();
+            let l = sums.llm_only(z).unwrap();
+            err += e.mean - truth;
+            // The unweighted mean of the sample is what ignoring tiering would report.
+            naive_err += naive - truth;
+            covered += usize::from(e.lower <= truth && truth <= e.upper);
+            covered_llm += usize::from(l.lower <= truth && truth <= l.upper);
+            width += e.upper - e.lower;
+            width_llm += l.upper - l.lower;
+        }
+        let bias = err / runs as f64;
+        let naive_bias = naive_err / runs as f64;
+        let coverage = covered as f64 / runs as f64;
+        let coverage_llm = covered_llm as f64 / runs as f64;
+        assert!(bias.abs() < 0.003, "bias {bias}");
+        assert!(
+            naive_bias.abs() > 0.01,
+            "tiering skews the unweighted mean: {naive_bias}"
+        );
+        assert!((0.93..=0.97).contains(&coverage), "coverage {coverage}");
+        assert!(
+            (0.93..=0.97).contains(&coverage_llm),
+            "coverage {coverage_llm}"
+        );
+        assert!(
+            width < 0.8 * width_llm,
+            "PPI sharpens: {width} vs {width_llm}"
+        );
+    }
+
+    #[test]
+    fn a_census_has_no_variance_and_an_empty_sample_no_estimate() {
+        let mut s = EstimateSums::default();
+        for (y, f) in [(0.9, 0.6), (0.5, 0.4), (1.0, 0.7)] {
+            s.merge(&EstimateSums::population(f));
+            s.merge(&EstimateSums::pair(y, f, 1.0));
+        }
+        let e = s.estimate(1.645).unwrap();
+        assert!((e.mean - 0.8).abs() < 1e-12 && e.lower == e.upper);
+        assert_eq!(EstimateSums::population(0.5).estimate(1.645), None);
+    }
+
+    #[test]
+    fn hand_checked_example() {
+        // Four traces, offline 0.6 0.4 0.7 0.5; traces 1 and 2 judged (y = 0.9, 0.5) with
+        // pi = 0.5. Yh = 0.7, Fh = 0.5, c = 2 each; Saa = 2*(0.04+0.04) = 0.16, Sbb = 0.04,
+        // Sab = 0.08. Fewer than 10 pairs: lambda = 0, theta = 0.7, V = 0.16/16 = 0.01.
+        let mut s = EstimateSums::default();
+        for f in [0.6, 0.4, 0.7, 0.5] {
+            s.merge(&EstimateSums::population(f));
+        }
+        s.merge(&EstimateSums::pair(0.9, 0.6, 0.5));
+        s.merge(&EstimateSums::pair(0.5, 0.4, 0.5));
+        let e = s.estimate(2.0).unwrap();
+        assert!((e.mean - 0.7).abs() < 1e-12, "{e:?}");
+        assert!(
+            (e.upper - 0.9).abs() < 1e-12 && (e.lower - 0.5).abs() < 1e-12,
+            "{e:?}"
+        );
+        // The same with lambda forced to the slope 2: theta = 0.7 + 2*(0.55-0.5) = 0.8, and
+        // d = y - 2f is 0.9-1.2 = -0.3 and 0.5-0.8 = -0.3: no spread left, V = 0.
+        let forced = s.estimate_with(2.0, Some(2.0)).unwrap();
+        assert!(
+            (forced.mean - 0.8).abs() < 1e-12 && forced.half_width < 1e-6,
+            "{forced:?}"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn never_wider_than_llm_only(
+            pairs in proptest::collection::vec((0.0f64..=1.0, 0.0f64..=1.0, 0.01f64..=1.0), 1..60),
+            extra in proptest::collection::vec(0.0f64..=1.0, 0..200),
+        ) {
+            let mut s = EstimateSums::default();
+            for (y, f, pi) in &pairs {
+                s.merge(&EstimateSums::population(*f));
+                s.merge(&EstimateSums::pair(*y, *f, *pi));
+            }
+            for f in &extra {
+                s.merge(&EstimateSums::population(*f));
+            }
+            let e = s.estimate(1.645).unwrap();
+            let l = s.llm_only(1.645).unwrap();
+            prop_assert!(e.half_width <= l.half_width + 1e-12, "{} > {}", e.half_width, l.half_width);
+            prop_assert!(e.mean.is_finite() && (0.0..=1.0).contains(&e.mean));
+        }
+    }
+}
