@@ -37,6 +37,9 @@ pub enum RunError {
     /// The LLM judge could not be set up.
     #[error("llm judge: {0}")]
     Judge(#[from] crate::judge::llm::LlmSetupError),
+    /// A task of the running monitor panicked: what it had in hand may not be accounted for.
+    #[error("the {0} task failed: {1}")]
+    Task(&'static str, String),
 }
 
 /// Runs until `stop` is cancelled (the binary cancels it on SIGTERM/SIGINT) or a non-looping file
@@ -166,17 +169,26 @@ pub async fn run(
     };
     ready.store(false, Ordering::Relaxed);
     drop(pipeline);
+    // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
+    let mut failed: Option<RunError> = None;
+    let mut check = |task: &'static str, joined: Result<(), tokio::task::JoinError>| {
+        if let Err(e) = joined {
+            tracing::error!(task, error = %e, "task failed");
+            failed.get_or_insert(RunError::Task(task, e.to_string()));
+        }
+    };
     if let Some(pool) = pool {
-        let _ = pool.await;
+        check("judge pool", pool.await);
     }
     abandon_timer.abort();
     evaluator_stop.cancel();
-    let _ = evaluator.await;
+    check("evaluator", evaluator.await);
     crate::recorder::evaluate_once(&config, &shared, &judges, crate::clock::now_ms());
     server_stop.cancel();
     let _ = tokio::task::spawn_blocking(move || server.join()).await;
     tracing::info!("ragwatch stopped");
-    result.map_err(RunError::from)
+    result.map_err(RunError::from)?;
+    failed.map_or(Ok(()), Err)
 }
 
 /// Reads the canary traces; every one must decode and carry `label_faithful`.

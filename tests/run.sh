@@ -11,9 +11,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
-command -v cmake >/dev/null || need_apt+=(cmake)
 command -v python3 >/dev/null || need_apt+=(python3)
-dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -43,6 +41,8 @@ if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
 fi
 export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}"
 
+# Formatting, clippy with warnings denied, docs without warnings: a failure here fails CI.
+tests/lint.sh
 # Release mode: the trainer reproduction test fits the offline model six times. Benchmarks run once
 # each in test mode, which checks they work without timing anything.
 cargo test --release --all-targets

@@ -2,7 +2,7 @@
 //! answer relevancy (does it address the question?).
 //!
 //! The offline judge runs inline on every trace; the sampled judge runs on the sample, off the ingest
-//! path, through a bounded queue (see [`crate::pipeline`]).
+//! path, through a bounded queue (the pipeline owns the queue and the pool).
 
 pub mod llm;
 mod offline;

@@ -1,6 +1,6 @@
 //! The recorder: where verdicts become numbers. It writes every verdict to the metric families
 //! (histograms, counters) and to the window rings, and adds each trace's offline score and each
-//! LLM verdict (with its inclusion probability) to the combined estimate. The [`evaluator`] reads
+//! LLM verdict (with its inclusion probability) to the combined estimate. The evaluator ([`run_evaluator`]) reads
 //! the rings back every second and exports window gauges and drift flags.
 //!
 //! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
