@@ -8,26 +8,50 @@
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`
 //!               └─ judge::OfflineJudge   every trace, inline, microseconds
-//!                   ├─ pipeline::Shared::record → metrics histograms/counters + window rings
-//!                   └─ sample::Sampler → bounded queue → judge::run_pool (sampled judge, off the ingest path)
-//! window::run_evaluator             window gauges, confidence bounds, drift flags, every second
+//!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
+//!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
+//!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
+//! recorder::run_evaluator           window gauges, combined estimate, drift flags, every second
 //! http                              /metrics, /livez, /readyz
 //! ```
 //!
+//! # Layers
+//! Dependencies point down only (`tests/layering.rs` fails on an upward `crate::` reference):
+//! ```text
+//! app, http, replay, gate, fuzzing     entry points and wiring
+//! source                               Kafka, file, stdin
+//! pipeline                             one message from bytes to the recorder; the judge pool
+//! recorder                             verdicts into metrics and windows; the evaluator
+//! events                               log-and-count call sites
+//! metrics                              every metric name, on one registry
+//! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
+//! eval                                 AUROC, agreement and retrieval figures
+//! trace                                the trace model and its decoder
+//! config                               TOML, overrides, validate()
+//! labels, clock                        metric/judge/stratum labels; the wall clock
+//! ```
+//! A new judge metric: a variant of [`labels::Metric`], the judges that score it, and the docs; its
+//! config keys, rings, gauges, estimate and rules follow from `Metric::ALL`.
+//!
 //! # Modules
-//! - [`config`]: TOML config, `RAGWATCH__SECTION__KEY` overrides, `validate()`.
-//! - [`source`]: Kafka consumer group and JSONL file/stdin sources; per-partition offset tracking.
+//! - [`labels`]: the bounded label sets (metric, judge, stratum ids).
+//! - [`clock`]: the wall clock, read in one place.
+//! - [`config`]: TOML config, `RAGWATCH__SECTION__KEY` overrides, `validate()`; drift rules keyed by
+//!   (metric, judge).
 //! - [`trace`]: the trace model and its decoder with limits and reject reasons.
-//! - [`sample`]: stratification and hash-based, redelivery-stable sampling.
-//! - [`judge`]: verdicts, the offline judge and its trained model, the sampled-judge pool.
-//! - [`window`]: rolling bucket rings, drift rules, the evaluator that exports them.
-//! - [`pipeline`]: one message from bytes to windows; never blocks the source.
+//! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
+//! - [`sample`]: stratification and hash-based, redelivery-stable sampling with known probabilities.
+//! - [`judge`]: verdicts, the offline judge and its trained model, the LLM judge.
+//! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
+//!   diagnosis.
 //! - [`metrics`]: every metric name, on one registry.
 //! - [`events`]: log-and-count call sites, rate-limited.
+//! - [`recorder`]: where verdicts become numbers; the evaluator that exports windows and drift.
+//! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
+//! - [`source`]: Kafka consumer group and JSONL file/stdin sources; per-partition offset tracking.
 //! - [`http`]: the admin server.
 //! - [`app`]: `ragwatch run` wiring and the shutdown sequence.
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.
-//! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`gate`]: `ragwatch gate`, floors and maximum drops over replay summaries for CI.
 //! - [`fuzzing`]: the decoder invariant that `fuzz/` and the corpus regression test check.
 
