@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::labels::SkipReason;
 use crate::metrics::Metrics;
 use crate::trace::DecodeError;
 
@@ -59,15 +60,15 @@ pub fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &str) {
 }
 
 /// A sampled trace was not scored by the sampled judge.
-pub fn trace_skipped(metrics: &Metrics, stratum: &str, reason: &'static str, trace_id: &str) {
+pub fn trace_skipped(metrics: &Metrics, stratum: &str, reason: SkipReason, trace_id: &str) {
     metrics
         .traces_skipped
-        .with_label_values(&[stratum, reason])
+        .with_label_values(&[stratum, reason.as_str()])
         .inc();
     if let Some(suppressed) = SKIP_LOG.allow() {
         tracing::warn!(
             stratum,
-            reason,
+            reason = reason.as_str(),
             trace_id,
             suppressed,
             "sampled trace skipped"

@@ -80,3 +80,41 @@ pub const DEFAULT_STRATUM: &str = "default";
 
 /// The stratum of traces naming a stratum that is not declared (bounded label cardinality).
 pub const OTHER_STRATUM: &str = "other";
+
+/// Why a sampled trace was not judged by the sampled judge; a label value of
+/// `ragwatch_traces_skipped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// The bounded judge queue was full.
+    QueueFull,
+    /// A rate-sampled trace the budget could not cover (expected when traffic outgrows it).
+    Budget,
+    /// A stratum's guaranteed sample skipped: even the budget's reserve is spent.
+    BudgetReserve,
+    /// Still queued or in flight when the grace period ran out (not acked: redelivered).
+    Shutdown,
+    /// The judge call failed after its retries.
+    JudgeError,
+}
+
+impl SkipReason {
+    /// Every reason, for pre-registering series.
+    pub const ALL: [SkipReason; 5] = [
+        SkipReason::QueueFull,
+        SkipReason::Budget,
+        SkipReason::BudgetReserve,
+        SkipReason::Shutdown,
+        SkipReason::JudgeError,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::QueueFull => "queue_full",
+            SkipReason::Budget => "budget",
+            SkipReason::BudgetReserve => "budget_reserve",
+            SkipReason::Shutdown => "shutdown",
+            SkipReason::JudgeError => "judge_error",
+        }
+    }
+}

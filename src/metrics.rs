@@ -10,20 +10,10 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::labels::{JudgeKind, Metric};
+use crate::labels::{JudgeKind, Metric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 
-/// Why a trace was not judged by the sampled judge although sampled; label values. `budget` is an
-/// ordinary rate-sampled trace over the budget (expected when traffic grows); `budget_reserve` is a
-/// stratum's guaranteed sample skipped because even the reserve is spent (worth an alert).
-pub const SKIP_REASONS: [&str; 5] = [
-    "queue_full",
-    "budget",
-    "budget_reserve",
-    "shutdown",
-    "judge_error",
-];
 
 /// Outcomes of a judge call; label values of `ragwatch_judge_requests_total`.
 pub const JUDGE_OUTCOMES: [&str; 9] = [
@@ -481,8 +471,8 @@ impl Metrics {
             m.traces_received.with_label_values(&[s]);
             m.contexts_retrieved.with_label_values(&[s]);
             m.traces_sampled.with_label_values(&[s]);
-            for reason in SKIP_REASONS {
-                m.traces_skipped.with_label_values(&[s, reason]);
+            for reason in SkipReason::ALL {
+                m.traces_skipped.with_label_values(&[s, reason.as_str()]);
             }
             for valid in ["true", "false"] {
                 m.citations.with_label_values(&[s, valid]);

@@ -16,6 +16,7 @@ pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::events;
 use crate::judge::{OfflineJudge, Verdict};
+use crate::labels::SkipReason;
 pub use crate::recorder::Shared;
 use crate::sample::{Sampler, SamplerDecision, StratumId};
 use crate::trace::{DecodeError, Decoder, Trace};
@@ -196,11 +197,11 @@ impl Pipeline {
                 Disposition::Pending
             }
             Err(mpsc::error::TrySendError::Full(job)) => {
-                events::trace_skipped(&m, s, "queue_full", &job.trace.trace_id);
+                events::trace_skipped(&m, s, SkipReason::QueueFull, &job.trace.trace_id);
                 Disposition::Done
             }
             Err(mpsc::error::TrySendError::Closed(job)) => {
-                events::trace_skipped(&m, s, "shutdown", &job.trace.trace_id);
+                events::trace_skipped(&m, s, SkipReason::Shutdown, &job.trace.trace_id);
                 Disposition::Done
             }
         }

@@ -16,6 +16,7 @@ use super::{JudgeJob, Position};
 use crate::events;
 use crate::judge::llm::{LlmError, LlmJudge};
 use crate::judge::{JudgeKind, OfflineJudge, Verdict};
+use crate::labels::SkipReason;
 use crate::recorder::Shared;
 
 /// The judge the pool runs.
@@ -105,12 +106,10 @@ pub async fn run_pool(
                 }
                 Err(e) => {
                     m.judge_requests.with_label_values(&[kind, e.kind()]).inc();
-                    let reason = if matches!(e, LlmError::Budget) && job.priority {
-                        "budget_reserve"
-                    } else if matches!(e, LlmError::Budget) {
-                        "budget"
-                    } else {
-                        "judge_error"
+                    let reason = match e {
+                        LlmError::Budget if job.priority => SkipReason::BudgetReserve,
+                        LlmError::Budget => SkipReason::Budget,
+                        _ => SkipReason::JudgeError,
                     };
                     let stratum = shared.stratifier.name(job.stratum);
                     events::trace_skipped(&shared.metrics, stratum, reason, &job.trace.trace_id);
@@ -135,5 +134,5 @@ pub async fn run_pool(
 
 fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
     let s = shared.stratifier.name(job.stratum);
-    events::trace_skipped(&shared.metrics, s, "shutdown", &job.trace.trace_id);
+    events::trace_skipped(&shared.metrics, s, SkipReason::Shutdown, &job.trace.trace_id);
 }
