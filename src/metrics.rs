@@ -14,7 +14,6 @@ use crate::labels::{JudgeKind, Metric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 
-
 /// Outcomes of a judge call; label values of `ragwatch_judge_requests_total`.
 pub const JUDGE_OUTCOMES: [&str; 9] = [
     "ok",
