@@ -134,5 +134,10 @@ pub async fn run_pool(
 
 fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
     let s = shared.stratifier.name(job.stratum);
-    events::trace_skipped(&shared.metrics, s, SkipReason::Shutdown, &job.trace.trace_id);
+    events::trace_skipped(
+        &shared.metrics,
+        s,
+        SkipReason::Shutdown,
+        &job.trace.trace_id,
+    );
 }
