@@ -55,6 +55,7 @@ pub async fn run(
     let admin = AdminState {
         metrics: Arc::clone(&shared.metrics),
         ready: Arc::clone(&ready),
+        recorder: Some(shared.clone()),
     };
     let (addr, server) = http::spawn(&config.http.listen, admin, server_stop.clone())
         .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;

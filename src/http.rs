@@ -1,4 +1,5 @@
-//! The admin HTTP server: `/metrics` (Prometheus text format), `/livez` and `/readyz`.
+//! The admin HTTP server: `/metrics` (Prometheus text format), `/livez` and `/readyz`, and, when
+//! `labels.enabled`, `POST /v1/labels` (JSON lines of human labels, joined to recent traces).
 //!
 //! Liveness and readiness describe this process only. A sidecar whose readiness followed Kafka or the
 //! judge API would take the application's pod out of its Service when either blinks; their health is
@@ -9,14 +10,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::recorder::{LabelOutcome, Shared};
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
@@ -25,6 +28,40 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// Set once the pipeline is running; cleared when draining.
     pub ready: Arc<AtomicBool>,
+    /// Where labels are joined (`None` answers `/v1/labels` with 404).
+    pub recorder: Option<Shared>,
+}
+
+/// Largest label request body; a reviewer tool posts batches, not archives.
+const MAX_LABEL_BODY_BYTES: usize = 4 << 20;
+
+async fn labels(State(s): State<AdminState>, body: Bytes) -> impl IntoResponse {
+    let Some(recorder) = s.recorder.filter(|r| r.feedback.is_some()) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "labels are off (labels.enabled = false)\n".to_string(),
+        );
+    };
+    let now = crate::clock::now_ms();
+    let mut counts = [0u64; LabelOutcome::ALL.len()];
+    for line in body.split(|b| *b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let outcome = recorder.label(line, now);
+        if let Some(i) = LabelOutcome::ALL.iter().position(|o| *o == outcome) {
+            counts[i] += 1;
+        }
+    }
+    let summary: serde_json::Map<String, serde_json::Value> = LabelOutcome::ALL
+        .iter()
+        .zip(counts)
+        .map(|(o, n)| (o.as_str().to_string(), n.into()))
+        .collect();
+    (
+        StatusCode::OK,
+        format!("{}\n", serde_json::Value::Object(summary)),
+    )
 }
 
 async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
@@ -90,6 +127,10 @@ async fn serve(
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
+        .route(
+            "/v1/labels",
+            post(labels).layer(axum::extract::DefaultBodyLimit::max(MAX_LABEL_BODY_BYTES)),
+        )
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })

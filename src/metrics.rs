@@ -86,6 +86,10 @@ pub struct Metrics {
     pub threshold_confidence_z: Gauge,
     /// 1 per declared stratum, with its scope (in_scope, out_of_scope).
     pub stratum_info: IntGaugeVec,
+    /// Human labels received, by outcome (joined, unknown_trace, expired, invalid).
+    pub labels_received: IntCounterVec,
+    /// Joined labels compared with a judge's verdict, by judge, stratum and agreement.
+    pub label_agreement: IntCounterVec,
     /// 1 while a drift rule fires, by metric, stratum, judge and rule.
     pub drift_active: IntGaugeVec,
     /// Where to look, by stratum and judge: 1 on the stage the short windows blame (retrieval when
@@ -330,6 +334,18 @@ impl Metrics {
                     "ragwatch_threshold_confidence_z",
                     "z of every confidence bound (1.645: one-sided 95 %).",
                 ),
+            ),
+            labels_received: counter(
+                &r,
+                "ragwatch_labels_total",
+                "Human labels received on /v1/labels, by outcome.",
+                &["outcome"],
+            ),
+            label_agreement: counter(
+                &r,
+                "ragwatch_label_agreement_total",
+                "Human labels compared with a judge's faithfulness verdict, by judge, stratum and whether they agree.",
+                &["judge", "stratum", "agree"],
             ),
             stratum_info: int_gauge(
                 &r,

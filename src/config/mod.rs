@@ -92,6 +92,28 @@ pub struct Config {
     /// Log output.
     #[serde(default)]
     pub log: LogConfig,
+    /// Human labels joined to recent traces (`POST /v1/labels` on the admin server).
+    #[serde(default)]
+    pub labels: LabelsConfig,
+}
+
+/// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsConfig {
+    /// Accept labels on `POST /v1/labels` and remember recent traces' scores to join them to.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Traces remembered (about 40 bytes each); the oldest are forgotten first.
+    #[serde(default = "default_label_max_traces")]
+    pub max_traces: usize,
+    /// A label for a trace older than this is counted as `expired`.
+    #[serde(default = "default_label_ttl_secs")]
+    pub ttl_secs: u64,
+    /// The LLM judge's faithfulness at or above which it calls an answer faithful (1.0: every claim
+    /// supported, as a reviewer who marks any unsupported span means).
+    #[serde(default = "default_llm_faithful_threshold")]
+    pub llm_faithful_threshold: f64,
 }
 
 /// How log lines are written to stderr.
@@ -656,6 +678,15 @@ fn default_listen() -> String {
 fn default_grace_secs() -> u64 {
     20
 }
+fn default_label_max_traces() -> usize {
+    100_000
+}
+fn default_label_ttl_secs() -> u64 {
+    3600
+}
+fn default_llm_faithful_threshold() -> f64 {
+    1.0
+}
 fn default_log_format() -> LogFormat {
     LogFormat::Text
 }
@@ -689,7 +720,8 @@ default_from_serde!(
     BudgetConfig,
     HttpConfig,
     ShutdownConfig,
-    LogConfig
+    LogConfig,
+    LabelsConfig
 );
 
 /// The prefix of environment overrides.
@@ -736,6 +768,13 @@ impl Config {
         self.validate_windows(&mut p);
         self.validate_drift(&mut p);
         self.validate_llm(&mut p);
+        if self.labels.enabled && self.labels.max_traces == 0 {
+            p.add("labels.max_traces", "must be > 0");
+        }
+        p.ratio(
+            "labels.llm_faithful_threshold",
+            self.labels.llm_faithful_threshold,
+        );
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }

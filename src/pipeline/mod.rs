@@ -170,6 +170,8 @@ impl Pipeline {
             }
         }
         self.shared.record_at(stratum, &verdict, now);
+        self.shared
+            .remember(&trace.trace_id, stratum, &verdict, now);
         let (decision, probability) = self.sampler.decide_with_probability(
             stratum,
             &trace.trace_id,

@@ -7,8 +7,10 @@
 //! record through a [`Shared`].
 
 mod evaluator;
+mod feedback;
 
 pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
+pub use feedback::{Feedback, LabelOutcome};
 
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +33,8 @@ pub struct Shared {
     pub stratifier: Arc<Stratifier>,
     /// Whether the combined estimate is kept (an LLM judge scores the sample).
     estimate: bool,
+    /// The human-label join, when `labels.enabled`.
+    pub feedback: Option<Arc<Feedback>>,
 }
 
 impl Shared {
@@ -54,11 +58,39 @@ impl Shared {
             config.windows.buckets,
             stratifier.names().len(),
         );
+        if config.labels.enabled {
+            for outcome in LabelOutcome::ALL {
+                metrics
+                    .labels_received
+                    .with_label_values(&[outcome.as_str()]);
+            }
+        }
         Self {
             metrics,
             windows: Arc::new(Mutex::new(windows)),
             stratifier,
             estimate: config.judge.sampled == SampledJudge::Llm,
+            feedback: config.labels.enabled.then(|| {
+                Arc::new(Feedback::new(
+                    &config.labels,
+                    config.judge.faithful_threshold,
+                ))
+            }),
+        }
+    }
+
+    /// Remembers a verdict's faithfulness under its trace id, for human labels to join later.
+    pub fn remember(&self, trace_id: &str, stratum: StratumId, verdict: &Verdict, now: u64) {
+        if let Some(f) = &self.feedback {
+            f.remember(trace_id, stratum, verdict.judge, verdict.faithfulness, now);
+        }
+    }
+
+    /// Joins one human label line (see [`Feedback`]); `Invalid` when labels are off.
+    pub fn label(&self, line: &[u8], now: u64) -> LabelOutcome {
+        match &self.feedback {
+            Some(f) => f.label(line, self.stratifier.names(), &self.metrics, now),
+            None => LabelOutcome::Invalid,
         }
     }
 
