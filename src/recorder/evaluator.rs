@@ -103,12 +103,11 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                     }
                 }
                 let rule = config.drift_rule(metric, judge, stratum);
-                let estimate = |secs| {
-                    windows
-                        .estimate_sums(metric, stratum_id, secs, now)
-                        .and_then(|s| s.estimate(w.z))
-                };
-                let (short, base) = (estimate(w.short_secs), estimate(w.baseline_secs));
+                let sums = |secs| windows.estimate_sums(metric, stratum_id, secs, now);
+                let short_sums = sums(w.short_secs).unwrap_or_default();
+                let short = short_sums.estimate(w.z);
+                // The baseline without the short window: a drop does not dilute its own reference.
+                let base = sums(w.baseline_secs).and_then(|b| b.minus(&short_sums).estimate(w.z));
                 let state = DriftState::evaluate_estimate(&rule, short.as_ref(), base.as_ref());
                 set_drift(m, metric, stratum, judge, &state);
                 if short.is_some_and(|s| s.pairs >= rule.min_samples) {

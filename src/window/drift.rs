@@ -138,9 +138,10 @@ impl DriftState {
             return DriftState::default();
         };
         let below_floor = rule.floor.is_some_and(|f| short.upper < f);
+        // A baseline with fewer verdicts than the window it judges is mostly noise.
         let drop_threshold = rule.max_drop.and_then(|d| {
             baseline
-                .filter(|b| b.pairs >= rule.min_samples)
+                .filter(|b| b.pairs >= rule.min_samples.max(short.pairs))
                 .map(|b| (b.mean - d).max(0.0))
         });
         DriftState {
