@@ -1,6 +1,9 @@
 //! Text: the cheap lexical machinery the offline judge is built on. Sentences, content tokens
-//! (lowercased, light stemming, numbers normalised), and token sets as sorted hash vectors, which are
-//! faster to build and probe than a `HashSet` for the few hundred tokens of a trace.
+//! (lowercased, light stemming, numbers normalised) as 64-bit hashes, and small hash sets of those
+//! hashes that a worker clears and refills for every trace instead of allocating new ones.
+//!
+//! Everything here works on bytes: the text is UTF-8, every delimiter the tokenizer and the sentence
+//! splitter look for is ASCII, and non-ASCII words take a slower path that lowercases per `char`.
 
 use std::sync::LazyLock;
 
@@ -249,16 +252,65 @@ const STOPWORDS: &[&str] = &[
     "yes",
 ];
 
-/// The stopwords sorted, for binary search: a linear scan per token was the judge's main cost.
-static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    let mut v = STOPWORDS.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    v
+/// Stopwords are only looked up when at most this long (the list's "alternatively" is longer, so it
+/// has never been dropped; the trained model expects that).
+const MAX_STOPWORD_LEN: usize = 12;
+
+/// The stopwords as an open-addressing table of words packed into a `u128` (at most 12 bytes, zero
+/// padded; words never contain a zero byte), so a lookup is one multiply and an integer compare or two.
+/// A sorted list with binary search over `&str` was the judge's main cost.
+struct StopwordTable {
+    slots: Vec<u128>,
+    shift: u32,
+}
+
+static STOPWORD_TABLE: LazyLock<StopwordTable> = LazyLock::new(|| {
+    let bits = 10; // 1,024 slots for ~250 words: probes stay short.
+    let mut table = StopwordTable {
+        slots: vec![0; 1 << bits],
+        shift: 128 - bits,
+    };
+    for w in STOPWORDS.iter().filter(|w| w.len() <= MAX_STOPWORD_LEN) {
+        let key = pack(w.as_bytes());
+        let mut i = table.slot(key);
+        while table.slots[i] != 0 && table.slots[i] != key {
+            i = (i + 1) & (table.slots.len() - 1);
+        }
+        table.slots[i] = key;
+    }
+    table
 });
 
-fn is_stopword(word: &str) -> bool {
-    word.len() <= 12 && STOPWORDS_SORTED.binary_search(&word).is_ok()
+impl StopwordTable {
+    fn slot(&self, key: u128) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) >> self.shift) as usize
+    }
+
+    fn contains(&self, word: &[u8]) -> bool {
+        if word.is_empty() || word.len() > MAX_STOPWORD_LEN {
+            return false;
+        }
+        let key = pack(word);
+        let mut i = self.slot(key);
+        loop {
+            match self.slots[i] {
+                0 => return false,
+                k if k == key => return true,
+                _ => i = (i + 1) & (self.slots.len() - 1),
+            }
+        }
+    }
+}
+
+/// Packs up to 16 bytes into a `u128`, little-endian, zero padded.
+fn pack(word: &[u8]) -> u128 {
+    let mut buf = [0u8; 16];
+    buf[..word.len()].copy_from_slice(word);
+    u128::from_le_bytes(buf)
+}
+
+fn is_stopword(word: &[u8]) -> bool {
+    STOPWORD_TABLE.contains(word)
 }
 
 /// One token of text: its hash, and whether it is a number or a capitalised name in the source.
@@ -276,7 +328,8 @@ pub struct Token {
     pub prefix: u64,
 }
 
-/// A sorted, deduplicated set of token hashes.
+/// A sorted, deduplicated set of token hashes (for callers that build a set once; the judge itself
+/// uses the reusable [`HashSet64`]).
 #[derive(Debug, Clone, Default)]
 pub struct TokenSet(Vec<u64>);
 
@@ -304,145 +357,403 @@ impl TokenSet {
     }
 }
 
-/// Splits text into sentences at `.`, `!`, `?` or a newline followed by space/end, keeping
-/// decimal numbers ("3.5") and common abbreviations intact enough for scoring.
-pub fn sentences(text: &str) -> Vec<&str> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 0..bytes.len() {
-        let b = bytes[i];
-        let boundary = match b {
-            b'\n' => true,
-            b'.' | b'!' | b'?' => {
-                let next = bytes.get(i + 1).copied();
-                let prev = if i > 0 { bytes[i - 1] } else { b' ' };
-                let next_ws = next.is_none_or(|n| n.is_ascii_whitespace() || n == b'"');
-                // "e.g." and single initials: a one-letter word before the dot is not an end.
-                let short_word =
-                    i >= 2 && prev.is_ascii_alphabetic() && !bytes[i - 2].is_ascii_alphanumeric();
-                next_ws && !short_word
-            }
-            _ => false,
-        };
-        if boundary {
-            let s = text[start..=i].trim();
-            if s.chars().any(char::is_alphanumeric) {
-                out.push(s);
-            }
-            start = i + 1;
-        }
-    }
-    let rest = text[start..].trim();
-    if rest.chars().any(char::is_alphanumeric) {
-        out.push(rest);
-    }
-    out
+/// A set of 64-bit hashes with a small value per member (flags, or a stamp), by open addressing.
+///
+/// Made to be reused: [`HashSet64::reset`] sizes it for the next trace and clears only the slots it
+/// will use, so a worker's sets stop allocating once they have seen their largest trace. Keys are
+/// hashes already, so one multiply spreads them over the slots; 0 marks an empty slot and the key 0
+/// itself lives beside the table.
+#[derive(Debug, Clone)]
+pub struct HashSet64 {
+    keys: Vec<u64>,
+    values: Vec<u32>,
+    /// Slots in use minus one (a power of two minus one).
+    mask: usize,
+    /// 64 minus log2 of the slots in use: the multiply's top bits pick the slot.
+    shift: u32,
+    len: usize,
+    zero: Option<u32>,
 }
 
-/// Content tokens of `text`: stopwords dropped, lowercased, lightly stemmed, numbers normalised
-/// ("1,200" and "1200" agree; "5%" is "5"; "$3.50" is "3.50").
-pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
-    let mut word = String::with_capacity(32);
-    let mut sentence_start = true;
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_digit() {
-            // A number: digits with inner ',' or '.' separators.
-            word.clear();
-            while i < bytes.len() {
-                let b = bytes[i];
-                if b.is_ascii_digit() {
-                    word.push(b as char);
-                } else if (b == b',' || b == b'.')
-                    && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
-                {
-                    if b == b'.' {
-                        word.push('.');
-                    }
-                } else {
-                    break;
-                }
-                i += 1;
+impl Default for HashSet64 {
+    fn default() -> Self {
+        let mut s = Self {
+            keys: Vec::new(),
+            values: Vec::new(),
+            mask: 0,
+            shift: 0,
+            len: 0,
+            zero: None,
+        };
+        s.reset(0);
+        s
+    }
+}
+
+impl HashSet64 {
+    /// Empties the set and sizes it for up to `expected` members (at most half full).
+    pub fn reset(&mut self, expected: usize) {
+        let slots = (expected.max(8) * 2).next_power_of_two();
+        if self.keys.len() < slots {
+            self.keys.resize(slots, 0);
+            self.values.resize(slots, 0);
+        }
+        self.keys[..slots].fill(0);
+        self.mask = slots - 1;
+        self.shift = 64 - slots.trailing_zeros();
+        self.len = 0;
+        self.zero = None;
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go.
+    fn find(&self, key: u64) -> usize {
+        let mask = self.mask;
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        loop {
+            let k = self.keys[i];
+            if k == key || k == 0 {
+                return i;
             }
-            let hash = xxh3_64(word.as_bytes());
-            out.push(Token {
-                hash,
-                number: true,
-                name: false,
-                long: false,
-                prefix: hash,
-            });
-            sentence_start = false;
-            continue;
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Adds `key` with `value` ORed into its value; returns the value it had, `None` when it is new.
+    /// Grows when more than half full, so [`HashSet64::reset`] with the right size avoids that.
+    pub fn insert(&mut self, key: u64, value: u32) -> Option<u32> {
+        if key == 0 {
+            let old = self.zero;
+            self.zero = Some(old.unwrap_or(0) | value);
+            self.len += usize::from(old.is_none());
+            return old;
+        }
+        if (self.len + 1) * 2 > self.mask + 1 {
+            self.grow();
+        }
+        let i = self.find(key);
+        if self.keys[i] == key {
+            let old = self.values[i];
+            self.values[i] |= value;
+            Some(old)
+        } else {
+            self.keys[i] = key;
+            self.values[i] = value;
+            self.len += 1;
+            None
+        }
+    }
+
+    fn grow(&mut self) {
+        let members: Vec<(u64, u32)> = self.iter().collect();
+        self.reset((self.mask + 1) * 2);
+        for (k, v) in members {
+            self.insert(k, v);
+        }
+    }
+
+    /// Whether `key` is in the set.
+    pub fn contains(&self, key: u64) -> bool {
+        if key == 0 {
+            return self.zero.is_some();
+        }
+        self.keys[self.find(key)] == key
+    }
+
+    /// The value of `key`, when present.
+    pub fn get(&self, key: u64) -> Option<u32> {
+        if key == 0 {
+            return self.zero;
+        }
+        let i = self.find(key);
+        (self.keys[i] == key).then(|| self.values[i])
+    }
+
+    /// The value of `key`, to change in place, when present.
+    pub fn value_mut(&mut self, key: u64) -> Option<&mut u32> {
+        if key == 0 {
+            return self.zero.as_mut();
+        }
+        let i = self.find(key);
+        (self.keys[i] == key).then(|| &mut self.values[i])
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Members and their values, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let slots = self.mask + 1;
+        self.keys[..slots]
+            .iter()
+            .zip(&self.values[..slots])
+            .filter(|(k, _)| **k != 0)
+            .map(|(k, v)| (*k, *v))
+            .chain(self.zero.map(|v| (0, v)))
+    }
+}
+
+/// The sentences of `text`, split at `.`, `!`, `?` or a newline followed by space/end, keeping
+/// decimal numbers ("3.5") and common abbreviations intact enough for scoring. Each sentence is
+/// trimmed; fragments without a letter or digit are skipped.
+pub fn sentences(text: &str) -> Vec<&str> {
+    Sentences::new(text).collect()
+}
+
+/// The iterator behind [`sentences`]: finds candidate ends with `memchr` instead of testing every byte.
+#[derive(Debug, Clone)]
+pub struct Sentences<'a> {
+    text: &'a str,
+    /// Where the current sentence starts.
+    start: usize,
+    /// Where to look for the next candidate end.
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Sentences<'a> {
+    /// Sentences of `text`.
+    pub fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            start: 0,
+            pos: 0,
+            done: false,
+        }
+    }
+
+    /// The next end of a sentence at or after `self.pos` (the index of its final byte).
+    fn next_boundary(&mut self) -> Option<usize> {
+        let bytes = self.text.as_bytes();
+        while self.pos < bytes.len() {
+            let rest = &bytes[self.pos..];
+            let i = self.pos + memchr::memchr3(b'.', b'!', b'?', rest).unwrap_or(rest.len());
+            // A newline always ends a sentence, so a newline before the punctuation comes first.
+            let i = memchr::memchr(b'\n', &bytes[self.pos..i]).map_or(i, |n| self.pos + n);
+            if i >= bytes.len() {
+                self.pos = bytes.len();
+                return None;
+            }
+            self.pos = i + 1;
+            if bytes[i] == b'\n' {
+                return Some(i);
+            }
+            let next_ws = bytes
+                .get(i + 1)
+                .is_none_or(|n| n.is_ascii_whitespace() || *n == b'"');
+            // "e.g." and single initials: a one-letter word before the dot is not an end.
+            let short_word = i >= 2
+                && bytes[i - 1].is_ascii_alphabetic()
+                && !bytes[i - 2].is_ascii_alphanumeric();
+            if next_ws && !short_word {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+impl<'a> Iterator for Sentences<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        while !self.done {
+            let s = match self.next_boundary() {
+                Some(i) => {
+                    let s = &self.text[self.start..=i];
+                    self.start = i + 1;
+                    s
+                }
+                None => {
+                    self.done = true;
+                    &self.text[self.start..]
+                }
+            };
+            let s = s.trim();
+            if has_alphanumeric(s) {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// `s.chars().any(char::is_alphanumeric)`, with the ASCII answer found without decoding.
+fn has_alphanumeric(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_alphanumeric())
+        || (!s.is_ascii() && s.chars().any(char::is_alphanumeric))
+}
+
+/// What a byte can start or continue in the tokenizer.
+const DIGIT: u8 = 1;
+const WORD_START: u8 = 2;
+const WORD: u8 = 4;
+const CLAUSE_END: u8 = 8;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_digit() {
+            t[b] |= DIGIT | WORD;
         }
         if c.is_ascii_alphabetic() || c >= 0x80 {
-            let start = i;
-            while i < bytes.len()
-                && (bytes[i].is_ascii_alphanumeric() || bytes[i] >= 0x80 || bytes[i] == b'\'')
-            {
-                i += 1;
-            }
-            let raw = &text[start..i];
-            let capital = c.is_ascii_uppercase();
-            word.clear();
-            if raw.is_ascii() {
-                word.extend(
-                    raw.bytes()
-                        .filter(|&b| b != b'\'')
-                        .map(|b| b.to_ascii_lowercase() as char),
-                );
-            } else {
-                for ch in raw.chars().filter(|&ch| ch != '\'') {
-                    word.extend(ch.to_lowercase());
-                }
-            }
-            if word.ends_with("s") && raw.ends_with("'s") {
-                word.pop();
-            }
-            if !is_stopword(&word) {
-                let stem = stem(&word);
-                let cut = stem.char_indices().nth(5).map_or(stem.len(), |(i, _)| i);
-                out.push(Token {
-                    hash: xxh3_64(stem.as_bytes()),
-                    number: false,
-                    name: capital && !sentence_start,
-                    long: word.len() >= 7,
-                    prefix: xxh3_64(&stem.as_bytes()[..cut]) ^ 0x5f5f,
-                });
-            }
-            sentence_start = false;
-            continue;
+            t[b] |= WORD_START | WORD;
+        }
+        if c == b'\'' {
+            t[b] |= WORD;
         }
         if matches!(c, b'.' | b'!' | b'?' | b'\n' | b':') {
-            sentence_start = true;
+            t[b] |= CLAUSE_END;
         }
-        i += 1;
+        b += 1;
     }
+    t
+};
+
+/// Content tokens of `text`: stopwords dropped, lowercased, lightly stemmed, numbers normalised
+/// ("1,200" and "1200" agree; "5%" is "5"; "$3.50" is "3.50"). Appends to `out`.
+pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
+    Tokenizer::default().tokens(text, out);
+}
+
+/// The tokenizer with its word buffer, kept by a worker so tokenizing allocates nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Tokenizer {
+    word: Vec<u8>,
+}
+
+impl Tokenizer {
+    /// [`content_tokens`], reusing this tokenizer's buffer.
+    pub fn tokens(&mut self, text: &str, out: &mut Vec<Token>) {
+        let word = &mut self.word;
+        let mut sentence_start = true;
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            let class = CLASS[usize::from(c)];
+            if class & DIGIT != 0 {
+                // A number: digits with inner ',' or '.' separators.
+                word.clear();
+                while i < bytes.len() {
+                    let b = bytes[i];
+                    if b.is_ascii_digit() {
+                        word.push(b);
+                    } else if (b == b',' || b == b'.')
+                        && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+                    {
+                        if b == b'.' {
+                            word.push(b'.');
+                        }
+                    } else {
+                        break;
+                    }
+                    i += 1;
+                }
+                let hash = xxh3_64(word);
+                out.push(Token {
+                    hash,
+                    number: true,
+                    name: false,
+                    long: false,
+                    prefix: hash,
+                });
+                sentence_start = false;
+                continue;
+            }
+            if class & WORD_START != 0 {
+                let start = i;
+                let mut ascii = true;
+                while i < bytes.len() && CLASS[usize::from(bytes[i])] & WORD != 0 {
+                    ascii &= bytes[i] < 0x80;
+                    i += 1;
+                }
+                let raw = &bytes[start..i];
+                let capital = c.is_ascii_uppercase();
+                word.clear();
+                if ascii {
+                    word.extend(
+                        raw.iter()
+                            .filter(|&&b| b != b'\'')
+                            .map(u8::to_ascii_lowercase),
+                    );
+                } else {
+                    let mut buf = [0u8; 4];
+                    for ch in text[start..i].chars().filter(|&ch| ch != '\'') {
+                        for lower in ch.to_lowercase() {
+                            word.extend_from_slice(lower.encode_utf8(&mut buf).as_bytes());
+                        }
+                    }
+                }
+                if word.ends_with(b"s") && raw.ends_with(b"'s") {
+                    word.pop();
+                }
+                if !is_stopword(word) {
+                    let stem = stem_bytes(word);
+                    out.push(Token {
+                        hash: xxh3_64(stem),
+                        number: false,
+                        name: capital && !sentence_start,
+                        long: word.len() >= 7,
+                        prefix: xxh3_64(&stem[..prefix_len(stem)]) ^ 0x5f5f,
+                    });
+                }
+                sentence_start = false;
+                continue;
+            }
+            if class & CLAUSE_END != 0 {
+                sentence_start = true;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Bytes in the first five characters of UTF-8 `s`.
+fn prefix_len(s: &[u8]) -> usize {
+    let mut chars = 0;
+    for (i, b) in s.iter().enumerate() {
+        // A byte that is not a continuation byte starts a character.
+        if b & 0xC0 != 0x80 {
+            if chars == 5 {
+                return i;
+            }
+            chars += 1;
+        }
+    }
+    s.len()
 }
 
 /// A light suffix stripper: enough that "prices", "priced" and "pricing" meet at "pric".
-pub fn stem(word: &str) -> &str {
+fn stem_bytes(word: &[u8]) -> &[u8] {
     let n = word.len();
-    for suffix in ["ing", "ies", "ed", "es", "ly", "s"] {
-        if n > suffix.len() + 3 && word.ends_with(suffix) && word.is_char_boundary(n - suffix.len())
-        {
+    for suffix in [&b"ing"[..], b"ies", b"ed", b"es", b"ly", b"s"] {
+        if n > suffix.len() + 3 && word.ends_with(suffix) {
             let cut = &word[..n - suffix.len()];
-            return cut.strip_suffix('e').unwrap_or(cut);
+            return cut.strip_suffix(b"e").unwrap_or(cut);
         }
     }
-    word.strip_suffix('e')
+    word.strip_suffix(b"e")
         .filter(|w| w.len() > 3)
         .unwrap_or(word)
 }
 
-/// Hashes of consecutive token pairs.
-pub fn bigrams(tokens: &[Token]) -> impl Iterator<Item = u64> + '_ {
-    tokens
-        .windows(2)
-        .map(|w| w[0].hash.rotate_left(17) ^ w[1].hash.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+/// The hash of a token pair.
+pub fn bigram(a: &Token, b: &Token) -> u64 {
+    a.hash.rotate_left(17) ^ b.hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The hash of a token triple.
+pub fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
+    a.hash.rotate_left(29) ^ b.hash.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.hash
 }
 
 #[cfg(test)]
@@ -497,5 +808,88 @@ mod tests {
         let s = TokenSet::from_hashes(vec![5, 1, 5, 3]);
         assert_eq!(s.len(), 3);
         assert!(s.contains(3) && !s.contains(4));
+    }
+
+    #[test]
+    fn stopword_table_agrees_with_the_list() {
+        for w in STOPWORDS {
+            assert_eq!(is_stopword(w.as_bytes()), w.len() <= MAX_STOPWORD_LEN, "{w}");
+        }
+        for w in ["", "th", "them!", "alternatively", "priced", "thee", "abovee"] {
+            assert!(!is_stopword(w.as_bytes()), "{w}");
+        }
+    }
+
+    #[test]
+    fn hash_set_counts_distinct_members_and_grows() {
+        let mut s = HashSet64::default();
+        s.reset(2);
+        for k in [0u64, 7, 7, 0, 1 << 63, 42] {
+            s.insert(k, 1);
+        }
+        assert_eq!(s.len(), 4);
+        assert!(s.contains(0) && s.contains(7) && !s.contains(8));
+        for k in 100..1100u64 {
+            s.insert(k * 0x1234_5678_9abc, 2);
+        }
+        assert_eq!(s.len(), 1004);
+        assert_eq!(s.get(7), Some(1));
+        assert_eq!(s.get(100 * 0x1234_5678_9abc), Some(2));
+        *s.value_mut(7).unwrap() = 5;
+        assert_eq!(s.insert(7, 2), Some(5));
+        assert_eq!(s.get(7), Some(7));
+        assert_eq!(s.value_mut(8), None);
+        s.reset(3);
+        assert!(s.is_empty() && !s.contains(7) && !s.contains(0));
+    }
+
+    /// The previous byte-at-a-time splitter, kept as the reference the memchr one must match.
+    fn reference_sentences(text: &str) -> Vec<&str> {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for i in 0..bytes.len() {
+            let b = bytes[i];
+            let boundary = match b {
+                b'\n' => true,
+                b'.' | b'!' | b'?' => {
+                    let next = bytes.get(i + 1).copied();
+                    let prev = if i > 0 { bytes[i - 1] } else { b' ' };
+                    let next_ws = next.is_none_or(|n| n.is_ascii_whitespace() || n == b'"');
+                    let short_word = i >= 2
+                        && prev.is_ascii_alphabetic()
+                        && !bytes[i - 2].is_ascii_alphanumeric();
+                    next_ws && !short_word
+                }
+                _ => false,
+            };
+            if boundary {
+                let s = text[start..=i].trim();
+                if s.chars().any(char::is_alphanumeric) {
+                    out.push(s);
+                }
+                start = i + 1;
+            }
+        }
+        let rest = text[start..].trim();
+        if rest.chars().any(char::is_alphanumeric) {
+            out.push(rest);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn sentences_match_the_reference(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "B", "e.g.", "3.5", ".", "!", "?", "\n", " ", "\"", "J.", "\u{a0}", "é", "—", "…", "x1", "  ",
+                ]),
+                0..40,
+            )
+        ) {
+            let text: String = parts.concat();
+            proptest::prop_assert_eq!(sentences(&text), reference_sentences(&text));
+        }
     }
 }

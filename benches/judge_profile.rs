@@ -1,0 +1,56 @@
+//! A fixed amount of offline-judge work for profilers, without criterion's timing loop:
+//! decodes the bench's 2,000 traces of ~2.2 KB once, then judges them `ROUNDS` times (default 5).
+//! Under callgrind it gives instructions per trace, which a busy machine does not disturb:
+//!
+//! ```sh
+//! cargo bench --bench judge_profile --no-run
+//! valgrind --tool=callgrind --toggle-collect='*judge_all*' target/release/deps/judge_profile-*[!.d]
+//! ```
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+
+use ragwatch::config::Config;
+use ragwatch::judge::OfflineJudge;
+use ragwatch::trace::{Decoder, Trace};
+
+#[inline(never)]
+fn judge_all(judge: &OfflineJudge, traces: &[Trace]) -> f64 {
+    traces
+        .iter()
+        .filter_map(|t| judge.judge(black_box(t)).faithfulness)
+        .sum()
+}
+
+fn main() {
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen_traces.py"))
+        .args(["2000", "--seed", "3", "--pad", "1500"])
+        .output()
+        .unwrap();
+    let decoder = Decoder::new(&Config::default().decode);
+    let traces: Vec<Trace> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| decoder.decode(l.as_bytes()).ok())
+        .collect();
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let judge = OfflineJudge::default();
+    let started = std::time::Instant::now();
+    let mut sum = 0.0;
+    for _ in 0..rounds {
+        sum += judge_all(&judge, black_box(&traces));
+    }
+    let n = (rounds * traces.len()) as f64;
+    println!(
+        "{} judgements, {:.0} traces/s (checksum {sum})",
+        n,
+        n / started.elapsed().as_secs_f64()
+    );
+}
