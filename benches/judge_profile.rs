@@ -1,5 +1,6 @@
 //! A fixed amount of offline-judge work for profilers, without criterion's timing loop:
-//! decodes the bench's 2,000 traces of ~2.2 KB once, then judges them `ROUNDS` times (default 5).
+//! decodes the bench's 2,000 traces of ~2.2 KB once, then scores them `ROUNDS` times (default 5)
+//! as the ingest path does (`OfflineJudge::score`, no `details` JSON).
 //! Under callgrind it gives instructions per trace, which a busy machine does not disturb:
 //!
 //! ```sh
@@ -21,7 +22,7 @@ use ragwatch::trace::{Decoder, Trace};
 fn judge_all(judge: &OfflineJudge, traces: &[Trace]) -> f64 {
     traces
         .iter()
-        .filter_map(|t| judge.judge(black_box(t)).faithfulness)
+        .filter_map(|t| judge.score(black_box(t)).faithfulness)
         .sum()
 }
 

@@ -323,20 +323,21 @@ fn relevancy(f: &Features) -> f64 {
 #[derive(Debug, Default)]
 pub struct Scratch {
     tokenizer: Tokenizer,
-    contexts: ContextIndex,
-    query: QueryIndex,
     answer: AnswerIndex,
+    query: QueryIndex,
+    /// One context's tokens at a time.
+    context: Vec<Token>,
     /// The answer, ASCII-lowercased, for the phrase automaton.
     lower: Vec<u8>,
 }
 
 impl Scratch {
-    /// Above this many context tokens (a trace near the decode limits) the buffers are dropped after
+    /// Above this many answer tokens (a trace near the decode limits) the buffers are dropped after
     /// use, so one huge trace does not pin its memory for the life of the worker.
     const KEEP_TOKENS: usize = 1 << 15;
 
     fn release_if_large(&mut self) {
-        if self.contexts.tokens.capacity() > Self::KEEP_TOKENS
+        if self.context.capacity() > Self::KEEP_TOKENS
             || self.answer.tokens.capacity() > Self::KEEP_TOKENS
         {
             *self = Scratch::default();
@@ -344,26 +345,47 @@ impl Scratch {
     }
 }
 
-/// The contexts' tokens, and the sets the answer is checked against.
+/// Bits of an answer set's values. `IN_CONTEXT`: the hash (token, prefix, pair or triple) occurs in
+/// the contexts. The others mark which "novel" counts a distinct answer token belongs to, and
+/// `COUNTED` a novel pair already counted.
+const IN_CONTEXT: u32 = 1;
+const NOVEL: u32 = 2;
+const NOVEL_NUMBER: u32 = 4;
+const NOVEL_NAME: u32 = 8;
+const NOVEL_LONG: u32 = 16;
+const NOVEL_PREFIX: u32 = 32;
+const COUNTED: u32 = 64;
+const NOVEL_FLAGS: [u32; 5] = [NOVEL, NOVEL_NUMBER, NOVEL_NAME, NOVEL_LONG, NOVEL_PREFIX];
+
+/// The answer's tokens by sentence, and small sets of what the contexts are checked for.
+///
+/// The contexts are many times longer than the answer, so rather than index the contexts and probe
+/// them with the answer, the answer is indexed (its tokens, prefixes, pairs and triples) and the
+/// contexts stream through once, marking what they contain: small sets that stay in cache.
 #[derive(Debug, Default)]
-struct ContextIndex {
+struct AnswerIndex {
     tokens: Vec<Token>,
-    /// Each context's tokens in `tokens`, in rank order.
-    spans: Vec<Range<usize>>,
+    /// Each claim-bearing sentence's tokens in `tokens`.
+    sentences: Vec<Range<usize>>,
     hashes: HashSet64,
     prefixes: HashSet64,
     pairs: HashSet64,
     triples: HashSet64,
 }
 
-impl ContextIndex {
-    fn build(&mut self, trace: &Trace, tokenizer: &mut Tokenizer) {
+impl AnswerIndex {
+    /// Tokenizes the answer sentence by sentence (each on its own: a sentence's first word is never
+    /// a name) and indexes what the contexts will be checked for. Pairs and triples stay within a
+    /// sentence.
+    fn build(&mut self, answer: &str, tokenizer: &mut Tokenizer) {
         self.tokens.clear();
-        self.spans.clear();
-        for c in &trace.contexts {
+        self.sentences.clear();
+        for sentence in Sentences::new(answer) {
             let start = self.tokens.len();
-            tokenizer.tokens(&c.text, &mut self.tokens);
-            self.spans.push(start..self.tokens.len());
+            tokenizer.tokens(sentence, &mut self.tokens);
+            if self.tokens.len() > start {
+                self.sentences.push(start..self.tokens.len());
+            }
         }
         let n = self.tokens.len();
         self.hashes.reset(n);
@@ -374,127 +396,54 @@ impl ContextIndex {
             self.hashes.insert(t.hash, 0);
             self.prefixes.insert(t.prefix, 0);
         }
-        // Pairs stay within one context; triples run across context boundaries, as they always have.
-        for span in &self.spans {
-            for w in self.tokens[span.clone()].windows(2) {
+        for span in &self.sentences {
+            let sent = &self.tokens[span.clone()];
+            for w in sent.windows(2) {
                 self.pairs.insert(bigram(&w[0], &w[1]), 0);
             }
-        }
-        for w in self.tokens.windows(3) {
-            self.triples.insert(trigram(&w[0], &w[1], &w[2]), 0);
-        }
-    }
-}
-
-/// The question's tokens and their distinct hashes (with a per-context stamp).
-#[derive(Debug, Default)]
-struct QueryIndex {
-    tokens: Vec<Token>,
-    hashes: HashSet64,
-}
-
-impl QueryIndex {
-    fn build(&mut self, query: &str, tokenizer: &mut Tokenizer) {
-        self.tokens.clear();
-        tokenizer.tokens(query, &mut self.tokens);
-        self.hashes.reset(self.tokens.len());
-        for t in &self.tokens {
-            self.hashes.insert(t.hash, 0);
-        }
-    }
-
-    /// The rank-weighted share of the question's distinct terms each context contains.
-    fn context_relevance(&mut self, contexts: &ContextIndex) -> Option<f64> {
-        if self.hashes.is_empty() || contexts.spans.is_empty() {
-            return None;
-        }
-        let (mut weighted, mut weights) = (0.0, 0.0);
-        for (rank, span) in contexts.spans.iter().enumerate() {
-            // A question term counts once per context: its stamp records the last context it hit.
-            let stamp = rank as u32 + 1;
-            let mut hits = 0usize;
-            for t in &contexts.tokens[span.clone()] {
-                if let Some(seen) = self.hashes.value_mut(t.hash) {
-                    if *seen != stamp {
-                        *seen = stamp;
-                        hits += 1;
-                    }
-                }
+            for w in sent.windows(3) {
+                self.triples.insert(trigram(&w[0], &w[1], &w[2]), 0);
             }
-            let w = 1.0 / (rank + 1) as f64;
-            weighted += w * hits as f64 / self.hashes.len() as f64;
-            weights += w;
         }
-        Some(weighted / weights)
     }
-}
 
-/// Flags of a distinct answer token: which "novel" counts it belongs to.
-const NOVEL: u32 = 1;
-const NOVEL_NUMBER: u32 = 2;
-const NOVEL_NAME: u32 = 4;
-const NOVEL_LONG: u32 = 8;
-const NOVEL_PREFIX: u32 = 16;
+    /// Marks what one context contains. `previous` holds the last two tokens of the contexts before
+    /// it: triples run across context boundaries (pairs do not), as they did when first trained.
+    fn mark(&mut self, context: &[Token], previous: &mut [Option<Token>; 2]) {
+        let mark = |set: &mut HashSet64, key: u64| {
+            if let Some(v) = set.value_mut(key) {
+                *v |= IN_CONTEXT;
+            }
+        };
+        for (k, t) in context.iter().enumerate() {
+            mark(&mut self.hashes, t.hash);
+            mark(&mut self.prefixes, t.prefix);
+            if k > 0 {
+                mark(&mut self.pairs, bigram(&context[k - 1], t));
+            }
+            if let [Some(a), Some(b)] = previous {
+                mark(&mut self.triples, trigram(a, b, t));
+            }
+            *previous = [previous[1], Some(*t)];
+        }
+    }
 
-/// The answer's tokens, its distinct tokens with their flags, and its novel pairs.
-#[derive(Debug, Default)]
-struct AnswerIndex {
-    tokens: Vec<Token>,
-    distinct: HashSet64,
-    novel_pairs: HashSet64,
-}
+    fn in_context(set: &HashSet64, key: u64) -> bool {
+        set.get(key).is_some_and(|v| v & IN_CONTEXT != 0)
+    }
 
-/// Counts over the answer's sentences and tokens.
-#[derive(Debug, Default)]
-struct AnswerStats {
-    sentences: usize,
-    support_sum: f64,
-    last_support: f64,
-    min_support: f64,
-    weak: usize,
-    pairs: usize,
-    pairs_found: usize,
-    triples: usize,
-    triples_found: usize,
-    longest_run: usize,
-    max_novel: usize,
-    clean: usize,
-    /// Answer tokens found in the contexts (with repeats).
-    in_context: usize,
-    /// Distinct answer tokens per flag, indexed by the flag's bit.
-    novel_distinct: [usize; 5],
-}
-
-impl AnswerIndex {
-    /// Walks the answer sentence by sentence: each sentence is tokenized on its own (a sentence's
-    /// first word is never a name) and every per-token signal is taken in the same pass.
-    fn scan(
-        &mut self,
-        answer: &str,
-        tokenizer: &mut Tokenizer,
-        contexts: &ContextIndex,
-        query: &QueryIndex,
-    ) -> AnswerStats {
-        self.tokens.clear();
-        // Answers are short; a rough size keeps the sets from growing mid-trace.
-        let expected = answer.len() / 4 + 8;
-        self.distinct.reset(expected);
-        self.novel_pairs.reset(expected);
+    /// Every per-sentence and per-token count, once the contexts have been marked.
+    fn stats(&mut self, query: &QueryIndex) -> AnswerStats {
         let mut s = AnswerStats {
             min_support: 1.0,
             ..AnswerStats::default()
         };
         let mut run = 0usize;
-        for sentence in Sentences::new(answer) {
-            let start = self.tokens.len();
-            tokenizer.tokens(sentence, &mut self.tokens);
-            let sent = &self.tokens[start..];
-            if sent.is_empty() {
-                continue;
-            }
+        for span in &self.sentences {
+            let sent = &self.tokens[span.clone()];
             let (mut found, mut novel_here) = (0usize, 0usize);
             for t in sent {
-                let in_ctx = contexts.hashes.contains(t.hash);
+                let in_ctx = Self::in_context(&self.hashes, t.hash);
                 let novel = !in_ctx && !query.hashes.contains(t.hash);
                 found += usize::from(in_ctx);
                 novel_here += usize::from(novel);
@@ -518,13 +467,15 @@ impl AnswerIndex {
                 if !in_ctx && t.name && !t.number {
                     flags |= NOVEL_NAME;
                 }
-                if !contexts.prefixes.contains(t.prefix) {
+                if !Self::in_context(&self.prefixes, t.prefix) {
                     flags |= NOVEL_PREFIX;
                 }
-                // A hash counts for a flag when any of its occurrences has it.
-                let old = self.distinct.insert(t.hash, flags).unwrap_or(0);
-                for (bit, count) in s.novel_distinct.iter_mut().enumerate() {
-                    *count += usize::from(flags & !old & (1 << bit) != 0);
+                // A distinct token counts for a flag when any of its occurrences has it.
+                if let Some(v) = self.hashes.value_mut(t.hash) {
+                    for (count, flag) in s.novel_distinct.iter_mut().zip(NOVEL_FLAGS) {
+                        *count += usize::from(flags & flag != 0 && *v & flag == 0);
+                    }
+                    *v |= flags;
                 }
             }
             s.in_context += found;
@@ -534,23 +485,106 @@ impl AnswerIndex {
             s.min_support = s.min_support.min(support);
             s.weak += usize::from(support < 0.5);
             for w in sent.windows(2) {
-                let b = bigram(&w[0], &w[1]);
                 s.pairs += 1;
-                if contexts.pairs.contains(b) {
-                    s.pairs_found += 1;
-                } else {
-                    self.novel_pairs.insert(b, 0);
+                if let Some(v) = self.pairs.value_mut(bigram(&w[0], &w[1])) {
+                    if *v & IN_CONTEXT != 0 {
+                        s.pairs_found += 1;
+                    } else if *v & COUNTED == 0 {
+                        *v |= COUNTED;
+                        s.novel_pairs += 1;
+                    }
                 }
             }
             for w in sent.windows(3) {
                 s.triples += 1;
-                s.triples_found += usize::from(contexts.triples.contains(trigram(&w[0], &w[1], &w[2])));
+                s.triples_found +=
+                    usize::from(Self::in_context(&self.triples, trigram(&w[0], &w[1], &w[2])));
             }
             s.max_novel = s.max_novel.max(novel_here);
             s.clean += usize::from(novel_here == 0);
             s.sentences += 1;
         }
         s
+    }
+}
+
+/// Counts over the answer's sentences and tokens.
+#[derive(Debug, Default)]
+struct AnswerStats {
+    sentences: usize,
+    support_sum: f64,
+    last_support: f64,
+    min_support: f64,
+    weak: usize,
+    pairs: usize,
+    pairs_found: usize,
+    /// Distinct answer pairs found in no context.
+    novel_pairs: usize,
+    triples: usize,
+    triples_found: usize,
+    longest_run: usize,
+    max_novel: usize,
+    clean: usize,
+    /// Answer tokens found in the contexts (with repeats).
+    in_context: usize,
+    /// Distinct answer tokens per flag of [`NOVEL_FLAGS`].
+    novel_distinct: [usize; 5],
+}
+
+/// The question's tokens and their distinct hashes, each with the 1-based rank of the last context
+/// it was found in (0: none yet).
+#[derive(Debug, Default)]
+struct QueryIndex {
+    tokens: Vec<Token>,
+    hashes: HashSet64,
+    /// Sum over contexts of 1/rank times the share of the question's distinct terms found there,
+    /// and the sum of the weights.
+    weighted: f64,
+    weights: f64,
+}
+
+impl QueryIndex {
+    fn build(&mut self, query: &str, tokenizer: &mut Tokenizer) {
+        self.tokens.clear();
+        tokenizer.tokens(query, &mut self.tokens);
+        self.hashes.reset(self.tokens.len());
+        for t in &self.tokens {
+            self.hashes.insert(t.hash, 0);
+        }
+        (self.weighted, self.weights) = (0.0, 0.0);
+    }
+
+    /// Marks the question terms the context at 0-based `rank` contains, and adds its relevance.
+    fn mark(&mut self, context: &[Token], rank: usize) {
+        // A question term counts once per context: its stamp records the last context it hit.
+        let stamp = rank as u32 + 1;
+        let mut hits = 0usize;
+        for t in context {
+            if let Some(seen) = self.hashes.value_mut(t.hash) {
+                if *seen != stamp {
+                    *seen = stamp;
+                    hits += 1;
+                }
+            }
+        }
+        if !self.hashes.is_empty() {
+            let w = 1.0 / (rank + 1) as f64;
+            self.weighted += w * hits as f64 / self.hashes.len() as f64;
+            self.weights += w;
+        }
+    }
+
+    /// The rank-weighted share of the question's distinct terms each context contains.
+    fn context_relevance(&self, contexts: usize) -> Option<f64> {
+        (!self.hashes.is_empty() && contexts > 0).then(|| self.weighted / self.weights)
+    }
+
+    /// Question tokens (with repeats) found in some context.
+    fn in_context(&self) -> usize {
+        self.tokens
+            .iter()
+            .filter(|t| self.hashes.get(t.hash).is_some_and(|stamp| stamp != 0))
+            .count()
     }
 }
 
@@ -563,22 +597,31 @@ pub fn extract(trace: &Trace) -> Extraction {
 pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     let Scratch {
         tokenizer,
-        contexts,
-        query,
         answer,
+        query,
+        context,
         lower,
     } = scratch;
-    contexts.build(trace, tokenizer);
+    answer.build(&trace.answer, tokenizer);
     query.build(&trace.query, tokenizer);
-    let stats = answer.scan(&trace.answer, tokenizer, contexts, query);
+    let mut context_tokens = 0;
+    let mut previous = [None; 2];
+    for (rank, c) in trace.contexts.iter().enumerate() {
+        context.clear();
+        tokenizer.tokens(&c.text, context);
+        context_tokens += context.len();
+        answer.mark(context, &mut previous);
+        query.mark(context, rank);
+    }
+    let stats = answer.stats(query);
     let phrases = Phrases::scan(&trace.answer, lower);
     let citations = citations(trace);
-    let features = features(&stats, answer, contexts, query, phrases, citations);
+    let features = features(&stats, answer, context_tokens, query, phrases, citations);
     Extraction {
         features,
         citations,
         sentences: stats.sentences,
-        context_relevance: query.context_relevance(contexts),
+        context_relevance: query.context_relevance(trace.contexts.len()),
     }
 }
 
@@ -586,7 +629,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
 fn features(
     s: &AnswerStats,
     answer: &AnswerIndex,
-    contexts: &ContextIndex,
+    context_tokens: usize,
     query: &QueryIndex,
     phrases: Phrases,
     citations: Citations,
@@ -600,7 +643,7 @@ fn features(
         }
     };
     let n_tokens = answer.tokens.len();
-    let distinct = answer.distinct.len();
+    let distinct = answer.hashes.len();
     let [novel, novel_numbers, novel_names, novel_long, novel_prefix] = s.novel_distinct;
     let mut f = Features::default();
     if s.sentences > 0 {
@@ -627,9 +670,9 @@ fn features(
     f.novel_tokens = ln_1p(novel);
     f.novel_token_share = share(novel, distinct);
     f.answer_len = ln_1p(n_tokens);
-    f.novel_bigrams = ln_1p(answer.novel_pairs.len());
+    f.novel_bigrams = ln_1p(s.novel_pairs);
     f.novel_long_words = ln_1p(novel_long);
-    f.context_len = ln_1p(contexts.tokens.len());
+    f.context_len = ln_1p(context_tokens);
     f.length_ratio = f.answer_len - f.context_len;
     f.novel_prefix_share = share(novel_prefix, distinct);
     f.token_support = share(s.in_context, n_tokens);
@@ -637,12 +680,9 @@ fn features(
     f.max_novel_in_sentence = ln_1p(s.max_novel);
     f.clean_sentence_share = share(s.clean, s.sentences);
     let q = &query.tokens;
-    f.query_context_overlap = share(
-        q.iter().filter(|t| contexts.hashes.contains(t.hash)).count(),
-        q.len(),
-    );
+    f.query_context_overlap = share(query.in_context(), q.len());
     f.query_overlap = share(
-        q.iter().filter(|t| answer.distinct.contains(t.hash)).count(),
+        q.iter().filter(|t| answer.hashes.contains(t.hash)).count(),
         q.len(),
     );
     f.weak_sentences = ln_1p(s.weak);

@@ -359,31 +359,37 @@ impl TokenSet {
 
 /// A set of 64-bit hashes with a small value per member (flags, or a stamp), by open addressing.
 ///
-/// Made to be reused: [`HashSet64::reset`] sizes it for the next trace and clears only the slots it
-/// will use, so a worker's sets stop allocating once they have seen their largest trace. Keys are
-/// hashes already, so one multiply spreads them over the slots; 0 marks an empty slot and the key 0
-/// itself lives beside the table.
+/// Made to be reused: [`HashSet64::reset`] empties it in constant time by moving to a new epoch (a
+/// slot whose epoch is not the set's is empty), so a worker's sets neither allocate nor clear memory
+/// per trace once they have grown to the largest trace seen. Keys are hashes already, so one
+/// multiply spreads them over the slots.
 #[derive(Debug, Clone)]
 pub struct HashSet64 {
-    keys: Vec<u64>,
-    values: Vec<u32>,
+    slots: Vec<Slot>,
+    epoch: u32,
     /// Slots in use minus one (a power of two minus one).
     mask: usize,
     /// 64 minus log2 of the slots in use: the multiply's top bits pick the slot.
     shift: u32,
     len: usize,
-    zero: Option<u32>,
+}
+
+/// One slot, in one cache line access: key, value, and the epoch that makes it live.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    key: u64,
+    value: u32,
+    epoch: u32,
 }
 
 impl Default for HashSet64 {
     fn default() -> Self {
         let mut s = Self {
-            keys: Vec::new(),
-            values: Vec::new(),
+            slots: Vec::new(),
+            epoch: 0,
             mask: 0,
             shift: 0,
             len: 0,
-            zero: None,
         };
         s.reset(0);
         s
@@ -394,50 +400,53 @@ impl HashSet64 {
     /// Empties the set and sizes it for up to `expected` members (at most half full).
     pub fn reset(&mut self, expected: usize) {
         let slots = (expected.max(8) * 2).next_power_of_two();
-        if self.keys.len() < slots {
-            self.keys.resize(slots, 0);
-            self.values.resize(slots, 0);
+        if self.slots.len() < slots {
+            self.slots.resize(slots, Slot::default());
         }
-        self.keys[..slots].fill(0);
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            // Once per 4 billion resets: old epochs could come back to life.
+            self.slots.fill(Slot::default());
+            self.epoch = 1;
+        }
         self.mask = slots - 1;
         self.shift = 64 - slots.trailing_zeros();
         self.len = 0;
-        self.zero = None;
     }
 
-    /// The slot holding `key`, or the empty slot where it would go.
-    fn find(&self, key: u64) -> usize {
-        let mask = self.mask;
+    /// The slot holding `key`, or the empty slot where it would go; and whether it holds it.
+    fn find(&self, key: u64) -> (usize, bool) {
         let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
         loop {
-            let k = self.keys[i];
-            if k == key || k == 0 {
-                return i;
+            let slot = &self.slots[i];
+            if slot.epoch != self.epoch {
+                return (i, false);
             }
-            i = (i + 1) & mask;
+            if slot.key == key {
+                return (i, true);
+            }
+            i = (i + 1) & self.mask;
         }
     }
 
     /// Adds `key` with `value` ORed into its value; returns the value it had, `None` when it is new.
     /// Grows when more than half full, so [`HashSet64::reset`] with the right size avoids that.
     pub fn insert(&mut self, key: u64, value: u32) -> Option<u32> {
-        if key == 0 {
-            let old = self.zero;
-            self.zero = Some(old.unwrap_or(0) | value);
-            self.len += usize::from(old.is_none());
-            return old;
-        }
         if (self.len + 1) * 2 > self.mask + 1 {
             self.grow();
         }
-        let i = self.find(key);
-        if self.keys[i] == key {
-            let old = self.values[i];
-            self.values[i] |= value;
+        let (i, present) = self.find(key);
+        let slot = &mut self.slots[i];
+        if present {
+            let old = slot.value;
+            slot.value |= value;
             Some(old)
         } else {
-            self.keys[i] = key;
-            self.values[i] = value;
+            *slot = Slot {
+                key,
+                value,
+                epoch: self.epoch,
+            };
             self.len += 1;
             None
         }
@@ -445,7 +454,7 @@ impl HashSet64 {
 
     fn grow(&mut self) {
         let members: Vec<(u64, u32)> = self.iter().collect();
-        self.reset((self.mask + 1) * 2);
+        self.reset(self.mask + 1);
         for (k, v) in members {
             self.insert(k, v);
         }
@@ -453,28 +462,19 @@ impl HashSet64 {
 
     /// Whether `key` is in the set.
     pub fn contains(&self, key: u64) -> bool {
-        if key == 0 {
-            return self.zero.is_some();
-        }
-        self.keys[self.find(key)] == key
+        self.find(key).1
     }
 
     /// The value of `key`, when present.
     pub fn get(&self, key: u64) -> Option<u32> {
-        if key == 0 {
-            return self.zero;
-        }
-        let i = self.find(key);
-        (self.keys[i] == key).then(|| self.values[i])
+        let (i, present) = self.find(key);
+        present.then(|| self.slots[i].value)
     }
 
     /// The value of `key`, to change in place, when present.
     pub fn value_mut(&mut self, key: u64) -> Option<&mut u32> {
-        if key == 0 {
-            return self.zero.as_mut();
-        }
-        let i = self.find(key);
-        (self.keys[i] == key).then(|| &mut self.values[i])
+        let (i, present) = self.find(key);
+        present.then(|| &mut self.slots[i].value)
     }
 
     /// Number of members.
@@ -489,13 +489,10 @@ impl HashSet64 {
 
     /// Members and their values, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        let slots = self.mask + 1;
-        self.keys[..slots]
+        self.slots[..=self.mask]
             .iter()
-            .zip(&self.values[..slots])
-            .filter(|(k, _)| **k != 0)
-            .map(|(k, v)| (*k, *v))
-            .chain(self.zero.map(|v| (0, v)))
+            .filter(|s| s.epoch == self.epoch)
+            .map(|s| (s.key, s.value))
     }
 }
 
@@ -595,6 +592,8 @@ const DIGIT: u8 = 1;
 const WORD_START: u8 = 2;
 const WORD: u8 = 4;
 const CLAUSE_END: u8 = 8;
+/// An ASCII letter or digit: a word of these needs no apostrophe or Unicode handling.
+const PLAIN: u8 = 16;
 
 static CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
@@ -606,6 +605,9 @@ static CLASS: [u8; 256] = {
         }
         if c.is_ascii_alphabetic() || c >= 0x80 {
             t[b] |= WORD_START | WORD;
+        }
+        if c.is_ascii_alphanumeric() {
+            t[b] |= PLAIN;
         }
         if c == b'\'' {
             t[b] |= WORD;
@@ -624,16 +626,112 @@ pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
     Tokenizer::default().tokens(text, out);
 }
 
-/// The tokenizer with its word buffer, kept by a worker so tokenizing allocates nothing.
+/// The tokenizer with its word buffer and word cache, kept by a worker so tokenizing allocates
+/// nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Tokenizer {
     word: Vec<u8>,
+    cache: WordCache,
+}
+
+/// What a lowercased word becomes: nothing (a stopword), or a token's hash, prefix and length flag.
+#[derive(Debug, Clone, Copy, Default)]
+struct WordEntry {
+    stopword: bool,
+    long: bool,
+    hash: u64,
+    prefix: u64,
+}
+
+impl WordEntry {
+    fn token(&self, name: bool) -> Token {
+        Token {
+            hash: self.hash,
+            number: false,
+            name,
+            long: self.long,
+            prefix: self.prefix,
+        }
+    }
+
+    fn of(word: &[u8]) -> WordEntry {
+        if is_stopword(word) {
+            return WordEntry {
+                stopword: true,
+                ..WordEntry::default()
+            };
+        }
+        let stem = stem_bytes(word);
+        WordEntry {
+            stopword: false,
+            long: word.len() >= 7,
+            hash: xxh3_64(stem),
+            prefix: xxh3_64(&stem[..prefix_len(stem)]) ^ 0x5f5f,
+        }
+    }
+}
+
+/// Words repeat (Zipf, and retrieved passages repeat each other), so the stopword check, the stem
+/// and both hashes of a word are memoised per worker, keyed by the lowercased word packed into a
+/// `u128` (words of up to 16 bytes; longer ones are computed each time). It only memoises a pure
+/// function, so it cannot change a score. Bounded: emptied when half full.
+#[derive(Debug, Clone)]
+struct WordCache {
+    keys: Vec<u128>,
+    entries: Vec<WordEntry>,
+    used: usize,
+}
+
+impl WordCache {
+    /// 4,096 slots: about 160 KB per worker.
+    const SLOTS: usize = 1 << 12;
+
+    fn get(&mut self, word: &[u8]) -> WordEntry {
+        if word.is_empty() || word.len() > 16 {
+            return WordEntry::of(word);
+        }
+        self.get_packed(pack(word), word.len())
+    }
+
+    /// The entry of the word of `len` bytes packed in `key`.
+    fn get_packed(&mut self, key: u128, len: usize) -> WordEntry {
+        let mask = Self::SLOTS - 1;
+        let home = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) >> 116) as usize;
+        let mut i = home;
+        loop {
+            match self.keys[i] {
+                k if k == key => return self.entries[i],
+                0 => break,
+                _ => i = (i + 1) & mask,
+            }
+        }
+        let entry = WordEntry::of(&key.to_le_bytes()[..len]);
+        if self.used * 2 >= Self::SLOTS {
+            self.keys.fill(0);
+            self.used = 0;
+            i = home;
+        }
+        self.keys[i] = key;
+        self.entries[i] = entry;
+        self.used += 1;
+        entry
+    }
+}
+
+impl Default for WordCache {
+    fn default() -> Self {
+        Self {
+            keys: vec![0; Self::SLOTS],
+            entries: vec![WordEntry::default(); Self::SLOTS],
+            used: 0,
+        }
+    }
 }
 
 impl Tokenizer {
-    /// [`content_tokens`], reusing this tokenizer's buffer.
+    /// [`content_tokens`], reusing this tokenizer's buffers.
     pub fn tokens(&mut self, text: &str, out: &mut Vec<Token>) {
-        let word = &mut self.word;
+        let Tokenizer { word, cache } = self;
         let mut sentence_start = true;
         let bytes = text.as_bytes();
         let mut i = 0;
@@ -670,21 +768,36 @@ impl Tokenizer {
                 continue;
             }
             if class & WORD_START != 0 {
+                // One pass over the word: find its end and pack its lowercase form, which is the
+                // cache key whenever the word is plain (ASCII letters and digits, at most 16 bytes).
                 let start = i;
-                let mut ascii = true;
-                while i < bytes.len() && CLASS[usize::from(bytes[i])] & WORD != 0 {
-                    ascii &= bytes[i] < 0x80;
+                let mut packed = [0u8; 16];
+                let mut plain = true;
+                while i < bytes.len() {
+                    let b = bytes[i];
+                    let class = CLASS[usize::from(b)];
+                    if class & WORD == 0 {
+                        break;
+                    }
+                    plain &= class & PLAIN != 0;
+                    if let Some(slot) = packed.get_mut(i - start) {
+                        *slot = b.to_ascii_lowercase();
+                    }
                     i += 1;
                 }
+                let name = c.is_ascii_uppercase() && !sentence_start;
+                sentence_start = false;
+                if plain && i - start <= 16 {
+                    let entry = cache.get_packed(u128::from_le_bytes(packed), i - start);
+                    if !entry.stopword {
+                        out.push(entry.token(name));
+                    }
+                    continue;
+                }
                 let raw = &bytes[start..i];
-                let capital = c.is_ascii_uppercase();
                 word.clear();
-                if ascii {
-                    word.extend(
-                        raw.iter()
-                            .filter(|&&b| b != b'\'')
-                            .map(u8::to_ascii_lowercase),
-                    );
+                if raw.is_ascii() {
+                    word.extend(raw.iter().filter(|&&b| b != b'\'').map(u8::to_ascii_lowercase));
                 } else {
                     let mut buf = [0u8; 4];
                     for ch in text[start..i].chars().filter(|&ch| ch != '\'') {
@@ -696,17 +809,10 @@ impl Tokenizer {
                 if word.ends_with(b"s") && raw.ends_with(b"'s") {
                     word.pop();
                 }
-                if !is_stopword(word) {
-                    let stem = stem_bytes(word);
-                    out.push(Token {
-                        hash: xxh3_64(stem),
-                        number: false,
-                        name: capital && !sentence_start,
-                        long: word.len() >= 7,
-                        prefix: xxh3_64(&stem[..prefix_len(stem)]) ^ 0x5f5f,
-                    });
+                let entry = cache.get(word);
+                if !entry.stopword {
+                    out.push(entry.token(name));
                 }
-                sentence_start = false;
                 continue;
             }
             if class & CLAUSE_END != 0 {
@@ -811,6 +917,27 @@ mod tests {
     }
 
     #[test]
+    fn word_cache_gives_what_it_would_compute() {
+        let mut t = Tokenizer::default();
+        let text = "Prices priced pricing the THE The élan Élan naïve's internationalization x1 a";
+        let (mut first, mut again) = (Vec::new(), Vec::new());
+        t.tokens(text, &mut first);
+        t.tokens(text, &mut again);
+        assert_eq!(first, again);
+        assert_eq!(first, toks(text));
+        // Past half full the cache starts over, and still answers right.
+        for n in 0..5000 {
+            let w = format!("word{n}x");
+            assert_eq!(t.cache.get(w.as_bytes()).hash, WordEntry::of(w.as_bytes()).hash);
+        }
+        assert_eq!(toks(text), {
+            let mut v = Vec::new();
+            t.tokens(text, &mut v);
+            v
+        });
+    }
+
+    #[test]
     fn stopword_table_agrees_with_the_list() {
         for w in STOPWORDS {
             assert_eq!(is_stopword(w.as_bytes()), w.len() <= MAX_STOPWORD_LEN, "{w}");
@@ -829,6 +956,7 @@ mod tests {
         }
         assert_eq!(s.len(), 4);
         assert!(s.contains(0) && s.contains(7) && !s.contains(8));
+        assert_eq!(s.iter().count(), 4);
         for k in 100..1100u64 {
             s.insert(k * 0x1234_5678_9abc, 2);
         }
