@@ -179,7 +179,12 @@ impl OfflineScore {
         let values = self.extraction.features.to_vec();
         let features: serde_json::Map<String, serde_json::Value> = NAMES_SORTED
             .iter()
-            .map(|&i| (Features::NAMES[i].to_owned(), serde_json::Value::from(values[i])))
+            .map(|&i| {
+                (
+                    Features::NAMES[i].to_owned(),
+                    serde_json::Value::from(values[i]),
+                )
+            })
             .collect();
         let mut details = serde_json::Map::new();
         details.insert("features".into(), serde_json::Value::Object(features));
@@ -497,8 +502,10 @@ impl AnswerIndex {
             }
             for w in sent.windows(3) {
                 s.triples += 1;
-                s.triples_found +=
-                    usize::from(Self::in_context(&self.triples, trigram(&w[0], &w[1], &w[2])));
+                s.triples_found += usize::from(Self::in_context(
+                    &self.triples,
+                    trigram(&w[0], &w[1], &w[2]),
+                ));
             }
             s.max_novel = s.max_novel.max(novel_here);
             s.clean += usize::from(novel_here == 0);
@@ -824,7 +831,7 @@ static ADVICE: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// Characters outside ASCII that `(?i)` matches to an ASCII letter.
-const ASCII_FOLDING: [char; 2] = ['\u{212A}', '\u{17F}'];
+const ASCII_FOLDING: [char; 2] = ['\u{17F}', '\u{212A}'];
 
 /// The phrase counts of one answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -900,7 +907,12 @@ fn citations(trace: &Trace) -> Citations {
         // The id is ASCII, so this slice is on character boundaries.
         let id = &trace.answer[open + 1..open + 1 + id];
         c.total += 1;
-        let by_id = || trace.contexts.iter().any(|ctx| ctx.id.as_deref() == Some(id));
+        let by_id = || {
+            trace
+                .contexts
+                .iter()
+                .any(|ctx| ctx.id.as_deref() == Some(id))
+        };
         let valid = match id.parse::<usize>() {
             Ok(n) => (1..=trace.contexts.len()).contains(&n) || by_id(),
             Err(_) => by_id(),
@@ -921,7 +933,10 @@ fn citation_id(s: &[u8]) -> Option<usize> {
             .count();
         (1 + rest, 40)
     } else {
-        (s.iter().take(4).take_while(|b| b.is_ascii_digit()).count(), 3)
+        (
+            s.iter().take(4).take_while(|b| b.is_ascii_digit()).count(),
+            3,
+        )
     };
     (len > 0 && len <= max && s.get(len) == Some(&b']')).then_some(len)
 }
@@ -1043,6 +1058,104 @@ mod tests {
         assert_eq!(f.mean_support, 0.0);
         let v = OfflineJudge::default().judge(&trace("q", &[], "Paris is the capital of France."));
         assert!(v.faithfulness.unwrap() < 0.5);
+    }
+
+    /// The previous citation pattern, the reference for the hand-written scanner.
+    fn reference_citations(trace: &Trace) -> Citations {
+        let re = Regex::new(r"\[([A-Za-z][A-Za-z0-9_.:-]{0,39}|[0-9]{1,3})\]").unwrap();
+        let mut c = Citations::default();
+        for m in re.captures_iter(&trace.answer) {
+            let id = &m[1];
+            c.total += 1;
+            let by_id = trace
+                .contexts
+                .iter()
+                .any(|ctx| ctx.id.as_deref() == Some(id));
+            let valid = match id.parse::<usize>() {
+                Ok(n) => (1..=trace.contexts.len()).contains(&n) || by_id,
+                Err(_) => by_id,
+            };
+            c.valid += u32::from(valid);
+        }
+        c
+    }
+
+    #[test]
+    fn only_two_non_ascii_characters_fold_to_ascii_letters() {
+        let re = Regex::new(r"(?i)^[a-z']$").unwrap();
+        let folding: Vec<char> = (0x80..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| re.is_match(c.encode_utf8(&mut [0; 4])))
+            .collect();
+        assert_eq!(folding, ASCII_FOLDING);
+    }
+
+    fn fragments() -> Vec<&'static str> {
+        let mut f: Vec<&str> = REFUSAL_PHRASES
+            .iter()
+            .chain(HEDGE_WORDS)
+            .chain(ADVICE_PHRASES)
+            .copied()
+            .collect();
+        f.extend([
+            " ",
+            "  ",
+            "I",
+            "May",
+            "ABOUT",
+            "Also",
+            "_",
+            "x",
+            "9",
+            "é",
+            "É",
+            "\u{212A}",
+            "\u{17F}",
+            "’",
+            "'",
+            ".",
+            ",",
+            "\n",
+            "not",
+            "in",
+            "i",
+            "s",
+            "cannot be",
+            "[doc_1]",
+            "[2]",
+            "[",
+            "]",
+            "[a.b:c-d_e]",
+            "[1234]",
+            "[x]",
+            "\u{301}",
+            "ſome",
+            "li\u{212A}ely",
+        ]);
+        f
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn phrases_match_the_regexes(
+            parts in proptest::collection::vec(proptest::sample::select(fragments()), 0..30),
+            upper in proptest::collection::vec(proptest::bool::ANY, 30),
+        ) {
+            let text: String = parts
+                .iter()
+                .zip(&upper)
+                .map(|(p, u)| if *u { p.to_uppercase() } else { (*p).to_owned() })
+                .collect();
+            let got = Phrases::scan(&text, &mut Vec::new());
+            let want = Phrases {
+                refusal: REFUSAL.is_match(&text),
+                hedges: HEDGE.find_iter(&text).count(),
+                advice: ADVICE.find_iter(&text).count(),
+            };
+            proptest::prop_assert_eq!(got, want, "{:?}", text);
+            let t = trace("q", &[("doc_1", CTX), ("x", CTX)], &text);
+            proptest::prop_assert_eq!(citations(&t), reference_citations(&t), "{:?}", text);
+        }
     }
 
     #[test]

@@ -699,24 +699,31 @@ impl WordCache {
         (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize
     }
 
-    /// The entry of the word of `len` bytes packed in `key`.
-    #[inline]
+    /// The entry of the word of `len` bytes packed in `key`. The hit is the hot path and is inlined
+    /// into the tokenizer's loop; the miss computes the entry out of line.
+    #[inline(always)]
     fn get_packed(&mut self, key: u128, len: usize) -> WordEntry {
         let mask = Self::SLOTS - 1;
-        let home = Self::home(key);
-        let mut i = home;
+        let mut i = Self::home(key);
         loop {
             match self.keys[i] {
                 k if k == key => return self.entries[i],
-                0 => break,
+                0 => return self.insert(key, len, i),
                 _ => i = (i + 1) & mask,
             }
         }
+    }
+
+    /// Computes and stores the entry of a word not in the cache; `empty` is the slot it goes to.
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, key: u128, len: usize, empty: usize) -> WordEntry {
         let entry = WordEntry::of(&key.to_le_bytes()[..len]);
+        let mut i = empty;
         if self.used * 2 >= Self::SLOTS {
             self.keys.fill(0);
             self.used = 0;
-            i = home;
+            i = Self::home(key);
         }
         self.keys[i] = key;
         self.entries[i] = entry;
@@ -800,7 +807,11 @@ impl Tokenizer {
                 let raw = &bytes[start..i];
                 word.clear();
                 if raw.is_ascii() {
-                    word.extend(raw.iter().filter(|&&b| b != b'\'').map(u8::to_ascii_lowercase));
+                    word.extend(
+                        raw.iter()
+                            .filter(|&&b| b != b'\'')
+                            .map(u8::to_ascii_lowercase),
+                    );
                 } else {
                     let mut buf = [0u8; 4];
                     for ch in text[start..i].chars().filter(|&ch| ch != '\'') {
@@ -839,13 +850,21 @@ fn pack_plain(bytes: &[u8], start: usize, len: usize) -> u128 {
         }
         None => pack(&bytes[start..start + len]),
     };
-    let word = if len == 16 {
-        raw
-    } else {
-        raw & ((1u128 << (8 * len)) - 1)
-    };
+    let word = raw & KEEP_BYTES[len];
     word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1)
 }
+
+/// `KEEP_BYTES[n]` keeps the low `n` bytes of a `u128` (a table, because the shift for 16 would
+/// overflow and a 128-bit variable shift is slow).
+static KEEP_BYTES: [u128; 17] = {
+    let mut t = [0u128; 17];
+    let mut n = 1;
+    while n < 17 {
+        t[n] = (t[n - 1] << 8) | 0xFF;
+        n += 1;
+    }
+    t
+};
 
 /// Bytes in the first five characters of UTF-8 `s`.
 fn prefix_len(s: &[u8]) -> usize {
@@ -962,7 +981,10 @@ mod tests {
         // Past half full the cache starts over, and still answers right.
         for n in 0..5000 {
             let w = format!("word{n}x");
-            assert_eq!(t.cache.get(w.as_bytes()).hash, WordEntry::of(w.as_bytes()).hash);
+            assert_eq!(
+                t.cache.get(w.as_bytes()).hash,
+                WordEntry::of(w.as_bytes()).hash
+            );
         }
         assert_eq!(toks(text), {
             let mut v = Vec::new();
@@ -974,9 +996,21 @@ mod tests {
     #[test]
     fn stopword_table_agrees_with_the_list() {
         for w in STOPWORDS {
-            assert_eq!(is_stopword(w.as_bytes()), w.len() <= MAX_STOPWORD_LEN, "{w}");
+            assert_eq!(
+                is_stopword(w.as_bytes()),
+                w.len() <= MAX_STOPWORD_LEN,
+                "{w}"
+            );
         }
-        for w in ["", "th", "them!", "alternatively", "priced", "thee", "abovee"] {
+        for w in [
+            "",
+            "th",
+            "them!",
+            "alternatively",
+            "priced",
+            "thee",
+            "abovee",
+        ] {
             assert!(!is_stopword(w.as_bytes()), "{w}");
         }
     }
