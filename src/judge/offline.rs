@@ -567,11 +567,11 @@ impl QueryIndex {
         let stamp = rank as u32 + 1;
         let mut hits = 0usize;
         for t in context {
-            if let Some(seen) = self.hashes.value_mut(t.hash) {
-                if *seen != stamp {
-                    *seen = stamp;
-                    hits += 1;
-                }
+            if let Some(seen) = self.hashes.value_mut(t.hash)
+                && *seen != stamp
+            {
+                *seen = stamp;
+                hits += 1;
             }
         }
         if !self.hashes.is_empty() {
