@@ -50,13 +50,18 @@ fn main() {
         sum += judge_all(&judge, black_box(&traces));
     }
     let n = (rounds * traces.len()) as f64;
-    let cpu = thread_cpu_secs().zip(cpu_started).map(|(end, start)| end - start);
+    let cpu = thread_cpu_secs()
+        .zip(cpu_started)
+        .map(|(end, start)| end - start);
     // Per CPU second as well as per wall second: on a shared machine the thread may wait for a core,
     // and traces per CPU second is what one core would do if it were ours.
     println!(
         "{n} judgements, {:.0} traces/s wall, {} (checksum {sum})",
         n / started.elapsed().as_secs_f64(),
-        cpu.map_or("no CPU time".into(), |c| format!("{:.0} traces per CPU second", n / c)),
+        cpu.map_or("no CPU time".into(), |c| format!(
+            "{:.0} traces per CPU second",
+            n / c
+        )),
     );
 }
 
