@@ -1,6 +1,7 @@
 //! Hot-path benchmarks on ~2 KB traces (tests/gen_traces.py --pad 1500):
 //! - `ingest_front`: decode + stratify + sample, the per-message cost every trace pays before judging;
-//! - `offline_judge`: the offline judge's features and score;
+//! - `offline_judge`: the offline judge's features and score, as the ingest path runs it (without
+//!   the verdict's `details` JSON, which only verdict records need);
 //! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
 //!
 //! Throughput is reported in traces per second (criterion's elements/s).
@@ -62,7 +63,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             decoded
                 .iter()
-                .filter_map(|t| judge.judge(t).faithfulness)
+                .filter_map(|t| judge.score(t).faithfulness)
                 .sum::<f64>()
         })
     });

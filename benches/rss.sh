@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resident memory and /metrics scrape time in steady state with 50 strata and 3 windows, while
 # `ragwatch run` ingests a looping file as fast as it can (one core) for DURATION seconds.
-#   benches/rss.sh [DURATION=60]
+#   benches/rss.sh [DURATION=60]   (RAGWATCH_BIN=path measures another build, e.g. a copy of an older one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-60}
@@ -22,8 +22,9 @@ declared = [$declared]
 listen = "127.0.0.1:0"
 port_file = "$work/addr"
 TOML
-cargo build --release -q
-taskset -c 0 ./target/release/ragwatch run --config "$work/config.toml" 2>"$work/log" &
+bin=${RAGWATCH_BIN:-./target/release/ragwatch}
+[ -n "${RAGWATCH_BIN:-}" ] || cargo build --release -q
+taskset -c 0 "$bin" run --config "$work/config.toml" 2>"$work/log" &
 pid=$!
 for _ in $(seq 100); do [ -s "$work/addr" ] && break; sleep 0.1; done
 addr=$(cat "$work/addr")

@@ -10,8 +10,11 @@ pub mod records;
 mod text;
 pub mod trainer;
 
-pub use offline::{Features, OfflineJudge, OfflineModel, extract, extract_with_context_relevance};
-pub use text::{Token, TokenSet, content_tokens, sentences};
+pub use offline::{
+    Extraction, FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, Scratch, extract,
+    extract_with,
+};
+pub use text::{HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens, sentences};
 
 use serde::Serialize;
 

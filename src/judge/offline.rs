@@ -4,170 +4,192 @@
 //! ([`OfflineModel`]) trained by `ragwatch train-offline` on human-labelled RAG answers. The model's
 //! probability that the answer is faithful is the faithfulness score; answers near the decision
 //! threshold are marked `uncertain`, which steers the LLM judge's sample towards them.
+//!
+//! It runs on every trace, so it is built to cost little: each text is tokenized once into 64-bit
+//! hashes that every signal shares; the sets it probes are reusable hash sets in a per-thread
+//! [`Scratch`], so a worker allocates nothing per trace once its buffers have grown; the phrase lists
+//! are one Aho-Corasick automaton over the lowercased answer. The scores are bit-identical to the
+//! first, simpler implementation the committed model was trained with (the tests hold both).
 
+use std::cell::RefCell;
+use std::ops::Range;
 use std::sync::LazyLock;
 
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::text::{Token, TokenSet, bigrams, content_tokens, sentences};
+use super::text::{HashSet64, Sentences, Token, Tokenizer, bigram, trigram};
 use super::{Citations, JudgeKind, Verdict, clean_score};
 use crate::trace::Trace;
 
 /// The committed model, produced by `ragwatch train-offline`.
 const MODEL_JSON: &str = include_str!("offline_model.json");
 
-static REFUSAL: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"(?i)\b(i (cannot|can't|can not|am unable to|'m unable to|do not know|don't know)|i'm sorry|i am sorry|unable to (answer|provide|find|determine)|(does|do) not (provide|contain|mention|include|specify|say)|(no|not enough|insufficient) (specific )?information|not (mentioned|provided|specified|stated|available) in|there is no (mention|information)|cannot (be )?(answer|determine))",
-    )
-    .expect("static regex")
-});
+/// Declares the features once: the struct, its field order, [`FEATURES`], [`Features::NAMES`] and
+/// [`Features::to_vec`] all come from this list, so they cannot disagree. The order is the committed
+/// model's vector order: append, never reorder.
+macro_rules! features {
+    ($($(#[$doc:meta])+ $name:ident,)+) => {
+        /// The signals the offline judge computes for one trace. All finite.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+        pub struct Features {
+            $($(#[$doc])+ pub $name: f64,)+
+        }
 
-static HEDGE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(may|might|possibly|likely|probably|generally|typically|usually|approximately|around|about|some|often|could)\b")
-        .expect("static regex")
-});
+        /// Number of features.
+        pub const FEATURES: usize = [$(stringify!($name)),+].len();
 
-static ADVICE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(important to|recommend|consult|it is best|should always|keep in mind|note that|in general|overall|in summary|in conclusion|additionally|furthermore|also)\b")
-        .expect("static regex")
-});
+        impl Features {
+            /// Names, in the order of [`Features::to_vec`].
+            pub const NAMES: [&'static str; FEATURES] = [$(stringify!($name)),+];
 
-static CITATION: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\[([A-Za-z][A-Za-z0-9_.:-]{0,39}|[0-9]{1,3})\]").expect("static regex")
-});
-
-/// Number of features.
-pub const FEATURES: usize = 28;
-
-/// The signals the offline judge computes for one trace. All finite.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Features {
-    /// Mean over answer sentences of the share of their content tokens found in the contexts.
-    pub mean_support: f64,
-    /// The least supported sentence's support.
-    pub min_support: f64,
-    /// Share of sentences with support below one half.
-    pub weak_sentence_share: f64,
-    /// Share of the answer's token pairs found as pairs in the contexts.
-    pub bigram_support: f64,
-    /// ln(1 + numbers in the answer found in no context).
-    pub novel_numbers: f64,
-    /// ln(1 + capitalised names in the answer found in no context).
-    pub novel_names: f64,
-    /// Share of the answer's distinct tokens found neither in the contexts nor in the question.
-    pub novel_token_share: f64,
-    /// ln(1 + answer content tokens).
-    pub answer_len: f64,
-    /// ln(1 + context content tokens).
-    pub context_len: f64,
-    /// Hedging words per answer sentence.
-    pub hedges: f64,
-    /// Share of the question's tokens that the answer uses.
-    pub query_overlap: f64,
-    /// 1 when the answer declines to answer.
-    pub refusal: f64,
-    /// Citations that point at no retrieved context.
-    pub bad_citations: f64,
-    /// Share of all answer tokens (not per sentence) found in the contexts.
-    pub token_support: f64,
-    /// ln(1 + distinct answer tokens found neither in the contexts nor in the question).
-    pub novel_tokens: f64,
-    /// ln(1 + the longest run of consecutive answer tokens absent from the contexts).
-    pub longest_novel_run: f64,
-    /// Share of the answer's token triples found as triples in the contexts.
-    pub trigram_support: f64,
-    /// ln(1 + sentences with support below one half).
-    pub weak_sentences: f64,
-    /// ln(1 + answer sentences).
-    pub sentences: f64,
-    /// Share of distinct answer tokens whose five-letter prefix occurs in no context.
-    pub novel_prefix_share: f64,
-    /// Support of the answer's last sentence (add-on sentences are where baseless detail goes).
-    pub last_support: f64,
-    /// Advice and generic add-on phrases per sentence ("it is important", "consult", "recommend").
-    pub advice: f64,
-    /// ln(answer tokens / context tokens), answers long for their evidence invent more.
-    pub length_ratio: f64,
-    /// ln(1 + distinct answer token pairs found in no context).
-    pub novel_bigrams: f64,
-    /// ln(1 + distinct long (7+ letters) answer words found in no context: specific terms).
-    pub novel_long_words: f64,
-    /// Share of the question's tokens found in the contexts: low when retrieval missed, which is
-    /// when generators make things up.
-    pub query_context_overlap: f64,
-    /// ln(1 + the most novel tokens in any one sentence).
-    pub max_novel_in_sentence: f64,
-    /// Share of sentences with no token outside the contexts and the question.
-    pub clean_sentence_share: f64,
+            /// The features as a vector, in [`Features::NAMES`] order.
+            pub fn to_vec(&self) -> [f64; FEATURES] {
+                [$(self.$name),+]
+            }
+        }
+    };
 }
 
-impl Features {
-    /// Names, in the order of [`Features::to_vec`].
-    pub const NAMES: [&'static str; FEATURES] = [
-        "mean_support",
-        "min_support",
-        "weak_sentence_share",
-        "bigram_support",
-        "novel_numbers",
-        "novel_names",
-        "novel_token_share",
-        "answer_len",
-        "context_len",
-        "hedges",
-        "query_overlap",
-        "refusal",
-        "bad_citations",
-        "token_support",
-        "novel_tokens",
-        "longest_novel_run",
-        "trigram_support",
-        "weak_sentences",
-        "sentences",
-        "novel_prefix_share",
-        "last_support",
-        "advice",
-        "length_ratio",
-        "novel_bigrams",
-        "novel_long_words",
-        "query_context_overlap",
-        "max_novel_in_sentence",
-        "clean_sentence_share",
-    ];
+features! {
+    /// Mean over answer sentences of the share of their content tokens found in the contexts.
+    mean_support,
+    /// The least supported sentence's support.
+    min_support,
+    /// Share of sentences with support below one half.
+    weak_sentence_share,
+    /// Share of the answer's token pairs found as pairs in the contexts.
+    bigram_support,
+    /// ln(1 + numbers in the answer found in no context).
+    novel_numbers,
+    /// ln(1 + capitalised names in the answer found in no context).
+    novel_names,
+    /// Share of the answer's distinct tokens found neither in the contexts nor in the question.
+    novel_token_share,
+    /// ln(1 + answer content tokens).
+    answer_len,
+    /// ln(1 + context content tokens).
+    context_len,
+    /// Hedging words per answer sentence.
+    hedges,
+    /// Share of the question's tokens that the answer uses.
+    query_overlap,
+    /// 1 when the answer declines to answer.
+    refusal,
+    /// Citations that point at no retrieved context.
+    bad_citations,
+    /// Share of all answer tokens (not per sentence) found in the contexts.
+    token_support,
+    /// ln(1 + distinct answer tokens found neither in the contexts nor in the question).
+    novel_tokens,
+    /// ln(1 + the longest run of consecutive answer tokens absent from the contexts).
+    longest_novel_run,
+    /// Share of the answer's token triples found as triples in the contexts.
+    trigram_support,
+    /// ln(1 + sentences with support below one half).
+    weak_sentences,
+    /// ln(1 + answer sentences).
+    sentences,
+    /// Share of distinct answer tokens whose five-letter prefix occurs in no context.
+    novel_prefix_share,
+    /// Support of the answer's last sentence (add-on sentences are where baseless detail goes).
+    last_support,
+    /// Advice and generic add-on phrases per sentence ("it is important", "consult", "recommend").
+    advice,
+    /// ln(answer tokens / context tokens), answers long for their evidence invent more.
+    length_ratio,
+    /// ln(1 + distinct answer token pairs found in no context).
+    novel_bigrams,
+    /// ln(1 + distinct long (7+ letters) answer words found in no context: specific terms).
+    novel_long_words,
+    /// Share of the question's tokens found in the contexts: low when retrieval missed, which is
+    /// when generators make things up.
+    query_context_overlap,
+    /// ln(1 + the most novel tokens in any one sentence).
+    max_novel_in_sentence,
+    /// Share of sentences with no token outside the contexts and the question.
+    clean_sentence_share,
+}
 
-    /// The features as a vector, in [`Features::NAMES`] order.
-    pub fn to_vec(&self) -> [f64; FEATURES] {
-        [
-            self.mean_support,
-            self.min_support,
-            self.weak_sentence_share,
-            self.bigram_support,
-            self.novel_numbers,
-            self.novel_names,
-            self.novel_token_share,
-            self.answer_len,
-            self.context_len,
-            self.hedges,
-            self.query_overlap,
-            self.refusal,
-            self.bad_citations,
-            self.token_support,
-            self.novel_tokens,
-            self.longest_novel_run,
-            self.trigram_support,
-            self.weak_sentences,
-            self.sentences,
-            self.novel_prefix_share,
-            self.last_support,
-            self.advice,
-            self.length_ratio,
-            self.novel_bigrams,
-            self.novel_long_words,
-            self.query_context_overlap,
-            self.max_novel_in_sentence,
-            self.clean_sentence_share,
-        ]
+/// Feature indices in name order: `details.features` is a JSON object, which serde_json keeps
+/// sorted by key, and building it from sorted pairs skips the per-key insertion.
+static NAMES_SORTED: LazyLock<[usize; FEATURES]> = LazyLock::new(|| {
+    let mut order: [usize; FEATURES] = std::array::from_fn(|i| i);
+    order.sort_by_key(|&i| Features::NAMES[i]);
+    order
+});
+
+/// What the offline judge reads off one trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Extraction {
+    /// The signals.
+    pub features: Features,
+    /// Citations in the answer and how many name a retrieved context.
+    pub citations: Citations,
+    /// Answer sentences with at least one content token (claims).
+    pub sentences: usize,
+    /// For each retrieved context, the share of the question's distinct terms it contains, averaged
+    /// with rank weights 1/rank (a useful context at rank 1 counts more than at rank 5). A cheap
+    /// proxy for RAGAS's reference-free context precision; `None` without contexts or question terms.
+    pub context_relevance: Option<f64>,
+}
+
+/// The offline judge's scores for one trace, without the allocations of a [`Verdict`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OfflineScore {
+    /// The model's probability that the answer is faithful; `None` for no claims or a refusal.
+    pub faithfulness: Option<f64>,
+    /// From question-answer overlap; 0 for a refusal.
+    pub answer_relevancy: Option<f64>,
+    /// The answer declines to answer.
+    pub refusal: bool,
+    /// The score is within the model's uncertain band of 0.5.
+    pub uncertain: bool,
+    /// The signals behind the scores.
+    pub extraction: Extraction,
+}
+
+impl OfflineScore {
+    /// The verdict, with the features in `details` (for verdict records and `replay` output).
+    pub fn verdict(&self) -> Verdict {
+        Verdict {
+            details: self.details(),
+            ..self.verdict_without_details()
+        }
+    }
+
+    /// The verdict with `details` left `null`: building that JSON object costs more than the judge
+    /// itself, and on the ingest path nothing reads it.
+    pub fn verdict_without_details(&self) -> Verdict {
+        Verdict {
+            judge: JudgeKind::Offline,
+            faithfulness: self.faithfulness,
+            answer_relevancy: self.answer_relevancy,
+            refusal: self.refusal,
+            uncertain: self.uncertain,
+            citations: self.extraction.citations,
+            context_relevance: self.extraction.context_relevance.and_then(clean_score),
+            details: serde_json::Value::Null,
+        }
+    }
+
+    /// `{"features": {name: value...}, "sentences": n}`, exactly as serde would make it.
+    pub fn details(&self) -> serde_json::Value {
+        let values = self.extraction.features.to_vec();
+        let features: serde_json::Map<String, serde_json::Value> = NAMES_SORTED
+            .iter()
+            .map(|&i| {
+                (
+                    Features::NAMES[i].to_owned(),
+                    serde_json::Value::from(values[i]),
+                )
+            })
+            .collect();
+        let mut details = serde_json::Map::new();
+        details.insert("features".into(), serde_json::Value::Object(features));
+        details.insert("sentences".into(), self.extraction.sentences.into());
+        serde_json::Value::Object(details)
     }
 }
 
@@ -192,7 +214,7 @@ pub struct OfflineModel {
 }
 
 impl OfflineModel {
-    /// The model committed with this build.
+    /// The committed model with this build.
     pub fn committed() -> OfflineModel {
         let model: OfflineModel =
             serde_json::from_str(MODEL_JSON).expect("the committed offline model is valid JSON");
@@ -235,6 +257,12 @@ impl Default for OfflineJudge {
     }
 }
 
+thread_local! {
+    /// Each thread that judges keeps one scratch: the source task's thread on the ingest path, the
+    /// pool's threads for sampled re-judging. Borrowed only inside one synchronous call.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
 impl OfflineJudge {
     /// A judge with this model.
     pub fn new(model: OfflineModel) -> Self {
@@ -246,12 +274,30 @@ impl OfflineJudge {
         &self.model
     }
 
-    /// Scores one trace.
+    /// Scores one trace, with the features in the verdict's `details`.
     pub fn judge(&self, trace: &Trace) -> Verdict {
-        let (features, citations, claims, context_relevance) =
-            extract_with_context_relevance(trace);
+        self.score(trace).verdict()
+    }
+
+    /// Scores one trace with this thread's reusable buffers.
+    pub fn score(&self, trace: &Trace) -> OfflineScore {
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => {
+                let score = self.score_with(trace, &mut scratch);
+                scratch.release_if_large();
+                score
+            }
+            // Only reachable if scoring ever re-entered itself on this thread.
+            Err(_) => self.score_with(trace, &mut Scratch::default()),
+        })
+    }
+
+    /// Scores one trace with the caller's buffers.
+    pub fn score_with(&self, trace: &Trace, scratch: &mut Scratch) -> OfflineScore {
+        let extraction = extract_with(trace, scratch);
+        let features = &extraction.features;
         let refusal = features.refusal > 0.0;
-        let faithfulness = if claims == 0 || refusal {
+        let faithfulness = if extraction.sentences == 0 || refusal {
             None
         } else {
             clean_score(self.model.predict(&features.to_vec()))
@@ -259,18 +305,15 @@ impl OfflineJudge {
         let answer_relevancy = if refusal {
             Some(0.0)
         } else {
-            clean_score(relevancy(&features))
+            clean_score(relevancy(features))
         };
         let uncertain = faithfulness.is_some_and(|p| (p - 0.5).abs() < self.model.uncertain_band);
-        Verdict {
-            judge: JudgeKind::Offline,
+        OfflineScore {
             faithfulness,
             answer_relevancy,
             refusal,
             uncertain,
-            citations,
-            context_relevance: context_relevance.and_then(clean_score),
-            details: serde_json::json!({ "sentences": claims, "features": features }),
+            extraction,
         }
     }
 }
@@ -281,229 +324,621 @@ fn relevancy(f: &Features) -> f64 {
     (f.query_overlap * 1.6).sqrt().min(1.0)
 }
 
-/// Computes the features of one trace, its citations, and its number of claim-bearing sentences.
-pub fn extract(trace: &Trace) -> (Features, Citations, usize) {
-    let (f, c, n, _) = extract_with_context_relevance(trace);
-    (f, c, n)
+/// Buffers a worker reuses for every trace it judges.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    tokenizer: Tokenizer,
+    answer: AnswerIndex,
+    query: QueryIndex,
+    /// One context's tokens at a time.
+    context: Vec<Token>,
+    /// The answer, ASCII-lowercased, for the phrase automaton.
+    lower: Vec<u8>,
 }
 
-/// [`extract`], plus the offline context relevance: for each retrieved context, the share of the
-/// question's distinct terms it contains, averaged with rank weights 1/rank (a useful context at rank 1
-/// counts more than at rank 5). A cheap proxy for RAGAS's reference-free context precision; `None`
-/// without contexts or question terms.
-pub fn extract_with_context_relevance(trace: &Trace) -> (Features, Citations, usize, Option<f64>) {
-    let mut ctx_tokens: Vec<Token> = Vec::with_capacity(512);
-    let mut ctx_bigrams = Vec::with_capacity(512);
-    let mut spans = Vec::with_capacity(trace.contexts.len());
-    for c in &trace.contexts {
-        let start = ctx_tokens.len();
-        content_tokens(&c.text, &mut ctx_tokens);
-        ctx_bigrams.extend(bigrams(&ctx_tokens[start..]));
-        spans.push(start..ctx_tokens.len());
-    }
-    let ctx = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.hash).collect());
-    let ctx_prefixes = TokenSet::from_hashes(ctx_tokens.iter().map(|t| t.prefix).collect());
-    let ctx_pairs = TokenSet::from_hashes(ctx_bigrams);
-    let mut ctx_triples = Vec::with_capacity(ctx_tokens.len());
-    for c in ctx_tokens.windows(3) {
-        ctx_triples.push(trigram(&c[0], &c[1], &c[2]));
-    }
-    let ctx_triples = TokenSet::from_hashes(ctx_triples);
-    let mut q_tokens = Vec::with_capacity(32);
-    content_tokens(&trace.query, &mut q_tokens);
-    let query = TokenSet::from_hashes(q_tokens.iter().map(|t| t.hash).collect());
+impl Scratch {
+    /// Above this many answer tokens (a trace near the decode limits) the buffers are dropped after
+    /// use, so one huge trace does not pin its memory for the life of the worker.
+    const KEEP_TOKENS: usize = 1 << 15;
 
-    let mut f = Features::default();
-    let mut sentence_count = 0usize;
-    let mut min_support: f64 = 1.0;
-    let mut weak = 0usize;
-    let (mut pairs, mut pairs_found) = (0usize, 0usize);
-    let mut novel_pairs: Vec<u64> = Vec::with_capacity(64);
-    let (mut triples, mut triples_found) = (0usize, 0usize);
-    let (mut run, mut longest_run) = (0usize, 0usize);
-    let (mut max_novel, mut clean) = (0usize, 0usize);
-    let mut answer_tokens: Vec<Token> = Vec::with_capacity(128);
-    let mut sent = Vec::with_capacity(64);
-    for s in sentences(&trace.answer) {
-        sent.clear();
-        content_tokens(s, &mut sent);
-        if sent.is_empty() {
-            continue;
+    fn release_if_large(&mut self) {
+        if self.context.capacity() > Self::KEEP_TOKENS
+            || self.answer.tokens.capacity() > Self::KEEP_TOKENS
+        {
+            *self = Scratch::default();
         }
-        let found = sent.iter().filter(|t| ctx.contains(t.hash)).count();
-        let support = found as f64 / sent.len() as f64;
-        f.mean_support += support;
-        f.last_support = support;
-        min_support = min_support.min(support);
-        if support < 0.5 {
-            weak += 1;
-        }
-        for b in bigrams(&sent) {
-            pairs += 1;
-            if ctx_pairs.contains(b) {
-                pairs_found += 1;
-            } else {
-                novel_pairs.push(b);
+    }
+}
+
+/// Bits of an answer set's values. `IN_CONTEXT`: the hash (token, prefix, pair or triple) occurs in
+/// the contexts. The others mark which "novel" counts a distinct answer token belongs to, and
+/// `COUNTED` a novel pair already counted.
+const IN_CONTEXT: u32 = 1;
+const NOVEL: u32 = 2;
+const NOVEL_NUMBER: u32 = 4;
+const NOVEL_NAME: u32 = 8;
+const NOVEL_LONG: u32 = 16;
+const NOVEL_PREFIX: u32 = 32;
+const COUNTED: u32 = 64;
+const NOVEL_FLAGS: [u32; 5] = [NOVEL, NOVEL_NUMBER, NOVEL_NAME, NOVEL_LONG, NOVEL_PREFIX];
+
+/// The answer's tokens by sentence, and small sets of what the contexts are checked for.
+///
+/// The contexts are many times longer than the answer, so rather than index the contexts and probe
+/// them with the answer, the answer is indexed (its tokens, prefixes, pairs and triples) and the
+/// contexts stream through once, marking what they contain: small sets that stay in cache.
+#[derive(Debug, Default)]
+struct AnswerIndex {
+    tokens: Vec<Token>,
+    /// Each claim-bearing sentence's tokens in `tokens`.
+    sentences: Vec<Range<usize>>,
+    hashes: HashSet64,
+    prefixes: HashSet64,
+    pairs: HashSet64,
+    triples: HashSet64,
+}
+
+impl AnswerIndex {
+    /// Tokenizes the answer sentence by sentence (each on its own: a sentence's first word is never
+    /// a name) and indexes what the contexts will be checked for. Pairs and triples stay within a
+    /// sentence.
+    fn build(&mut self, answer: &str, tokenizer: &mut Tokenizer) {
+        self.tokens.clear();
+        self.sentences.clear();
+        for sentence in Sentences::new(answer) {
+            let start = self.tokens.len();
+            tokenizer.tokens(sentence, &mut self.tokens);
+            if self.tokens.len() > start {
+                self.sentences.push(start..self.tokens.len());
             }
         }
-        for t in sent.windows(3) {
-            triples += 1;
-            triples_found += usize::from(ctx_triples.contains(trigram(&t[0], &t[1], &t[2])));
+        let n = self.tokens.len();
+        self.hashes.reset(n);
+        self.prefixes.reset(n);
+        self.pairs.reset(n);
+        self.triples.reset(n);
+        for t in &self.tokens {
+            self.hashes.insert(t.hash, 0);
+            self.prefixes.insert(t.prefix, 0);
         }
-        let novel_here = sent
+        for span in &self.sentences {
+            let sent = &self.tokens[span.clone()];
+            for w in sent.windows(2) {
+                self.pairs.insert(bigram(&w[0], &w[1]), 0);
+            }
+            for w in sent.windows(3) {
+                self.triples.insert(trigram(&w[0], &w[1], &w[2]), 0);
+            }
+        }
+    }
+
+    /// Marks what one context contains. `previous` holds the last two tokens of the contexts before
+    /// it: triples run across context boundaries (pairs do not), as they did when first trained.
+    fn mark(&mut self, context: &[Token], previous: &mut [Option<Token>; 2]) {
+        let mark = |set: &mut HashSet64, key: u64| {
+            if let Some(v) = set.value_mut(key) {
+                *v |= IN_CONTEXT;
+            }
+        };
+        for (k, t) in context.iter().enumerate() {
+            mark(&mut self.hashes, t.hash);
+            mark(&mut self.prefixes, t.prefix);
+            if k > 0 {
+                mark(&mut self.pairs, bigram(&context[k - 1], t));
+            }
+            if let [Some(a), Some(b)] = previous {
+                mark(&mut self.triples, trigram(a, b, t));
+            }
+            *previous = [previous[1], Some(*t)];
+        }
+    }
+
+    fn in_context(set: &HashSet64, key: u64) -> bool {
+        set.get(key).is_some_and(|v| v & IN_CONTEXT != 0)
+    }
+
+    /// Every per-sentence and per-token count, once the contexts have been marked.
+    fn stats(&mut self, query: &QueryIndex) -> AnswerStats {
+        let mut s = AnswerStats {
+            min_support: 1.0,
+            ..AnswerStats::default()
+        };
+        let mut run = 0usize;
+        for span in &self.sentences {
+            let sent = &self.tokens[span.clone()];
+            let (mut found, mut novel_here) = (0usize, 0usize);
+            for t in sent {
+                let in_ctx = Self::in_context(&self.hashes, t.hash);
+                let novel = !in_ctx && !query.hashes.contains(t.hash);
+                found += usize::from(in_ctx);
+                novel_here += usize::from(novel);
+                // Runs of unsupported tokens continue across sentences.
+                if in_ctx {
+                    run = 0;
+                } else {
+                    run += 1;
+                    s.longest_run = s.longest_run.max(run);
+                }
+                let mut flags = 0;
+                if novel {
+                    flags |= NOVEL;
+                    if t.long {
+                        flags |= NOVEL_LONG;
+                    }
+                }
+                if !in_ctx && t.number {
+                    flags |= NOVEL_NUMBER;
+                }
+                if !in_ctx && t.name && !t.number {
+                    flags |= NOVEL_NAME;
+                }
+                if !Self::in_context(&self.prefixes, t.prefix) {
+                    flags |= NOVEL_PREFIX;
+                }
+                // A distinct token counts for a flag when any of its occurrences has it.
+                if let Some(v) = self.hashes.value_mut(t.hash) {
+                    for (count, flag) in s.novel_distinct.iter_mut().zip(NOVEL_FLAGS) {
+                        *count += usize::from(flags & flag != 0 && *v & flag == 0);
+                    }
+                    *v |= flags;
+                }
+            }
+            s.in_context += found;
+            let support = found as f64 / sent.len() as f64;
+            s.support_sum += support;
+            s.last_support = support;
+            s.min_support = s.min_support.min(support);
+            s.weak += usize::from(support < 0.5);
+            for w in sent.windows(2) {
+                s.pairs += 1;
+                if let Some(v) = self.pairs.value_mut(bigram(&w[0], &w[1])) {
+                    if *v & IN_CONTEXT != 0 {
+                        s.pairs_found += 1;
+                    } else if *v & COUNTED == 0 {
+                        *v |= COUNTED;
+                        s.novel_pairs += 1;
+                    }
+                }
+            }
+            for w in sent.windows(3) {
+                s.triples += 1;
+                s.triples_found += usize::from(Self::in_context(
+                    &self.triples,
+                    trigram(&w[0], &w[1], &w[2]),
+                ));
+            }
+            s.max_novel = s.max_novel.max(novel_here);
+            s.clean += usize::from(novel_here == 0);
+            s.sentences += 1;
+        }
+        s
+    }
+}
+
+/// Counts over the answer's sentences and tokens.
+#[derive(Debug, Default)]
+struct AnswerStats {
+    sentences: usize,
+    support_sum: f64,
+    last_support: f64,
+    min_support: f64,
+    weak: usize,
+    pairs: usize,
+    pairs_found: usize,
+    /// Distinct answer pairs found in no context.
+    novel_pairs: usize,
+    triples: usize,
+    triples_found: usize,
+    longest_run: usize,
+    max_novel: usize,
+    clean: usize,
+    /// Answer tokens found in the contexts (with repeats).
+    in_context: usize,
+    /// Distinct answer tokens per flag of [`NOVEL_FLAGS`].
+    novel_distinct: [usize; 5],
+}
+
+/// The question's tokens and their distinct hashes, each with the 1-based rank of the last context
+/// it was found in (0: none yet).
+#[derive(Debug, Default)]
+struct QueryIndex {
+    tokens: Vec<Token>,
+    hashes: HashSet64,
+    /// Sum over contexts of 1/rank times the share of the question's distinct terms found there,
+    /// and the sum of the weights.
+    weighted: f64,
+    weights: f64,
+}
+
+impl QueryIndex {
+    fn build(&mut self, query: &str, tokenizer: &mut Tokenizer) {
+        self.tokens.clear();
+        tokenizer.tokens(query, &mut self.tokens);
+        self.hashes.reset(self.tokens.len());
+        for t in &self.tokens {
+            self.hashes.insert(t.hash, 0);
+        }
+        (self.weighted, self.weights) = (0.0, 0.0);
+    }
+
+    /// Marks the question terms the context at 0-based `rank` contains, and adds its relevance.
+    fn mark(&mut self, context: &[Token], rank: usize) {
+        // A question term counts once per context: its stamp records the last context it hit.
+        let stamp = rank as u32 + 1;
+        let mut hits = 0usize;
+        for t in context {
+            if let Some(seen) = self.hashes.value_mut(t.hash)
+                && *seen != stamp
+            {
+                *seen = stamp;
+                hits += 1;
+            }
+        }
+        if !self.hashes.is_empty() {
+            let w = 1.0 / (rank + 1) as f64;
+            self.weighted += w * hits as f64 / self.hashes.len() as f64;
+            self.weights += w;
+        }
+    }
+
+    /// The rank-weighted share of the question's distinct terms each context contains.
+    fn context_relevance(&self, contexts: usize) -> Option<f64> {
+        (!self.hashes.is_empty() && contexts > 0).then(|| self.weighted / self.weights)
+    }
+
+    /// Question tokens (with repeats) found in some context.
+    fn in_context(&self) -> usize {
+        self.tokens
             .iter()
-            .filter(|t| !ctx.contains(t.hash) && !query.contains(t.hash))
-            .count();
-        max_novel = max_novel.max(novel_here);
-        clean += usize::from(novel_here == 0);
-        for t in &sent {
-            if ctx.contains(t.hash) {
-                run = 0;
-            } else {
-                run += 1;
-                longest_run = longest_run.max(run);
-            }
+            .filter(|t| self.hashes.get(t.hash).is_some_and(|stamp| stamp != 0))
+            .count()
+    }
+}
+
+/// Computes what the offline judge reads off one trace.
+pub fn extract(trace: &Trace) -> Extraction {
+    extract_with(trace, &mut Scratch::default())
+}
+
+/// [`extract`] with reusable buffers.
+pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
+    let Scratch {
+        tokenizer,
+        answer,
+        query,
+        context,
+        lower,
+    } = scratch;
+    answer.build(&trace.answer, tokenizer);
+    query.build(&trace.query, tokenizer);
+    let mut context_tokens = 0;
+    let mut previous = [None; 2];
+    for (rank, c) in trace.contexts.iter().enumerate() {
+        context.clear();
+        tokenizer.tokens(&c.text, context);
+        context_tokens += context.len();
+        answer.mark(context, &mut previous);
+        query.mark(context, rank);
+    }
+    let stats = answer.stats(query);
+    let phrases = Phrases::scan(&trace.answer, lower);
+    let citations = citations(trace);
+    let features = features(&stats, answer, context_tokens, query, phrases, citations);
+    Extraction {
+        features,
+        citations,
+        sentences: stats.sentences,
+        context_relevance: query.context_relevance(trace.contexts.len()),
+    }
+}
+
+/// Puts the counts together into the signals; the arithmetic is the trained model's, step for step.
+fn features(
+    s: &AnswerStats,
+    answer: &AnswerIndex,
+    context_tokens: usize,
+    query: &QueryIndex,
+    phrases: Phrases,
+    citations: Citations,
+) -> Features {
+    let ln_1p = |n: usize| (n as f64).ln_1p();
+    let share = |part: usize, whole: usize| {
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 / whole as f64
         }
-        sentence_count += 1;
-        answer_tokens.extend_from_slice(&sent);
+    };
+    let n_tokens = answer.tokens.len();
+    let distinct = answer.hashes.len();
+    let [novel, novel_numbers, novel_names, novel_long, novel_prefix] = s.novel_distinct;
+    let mut f = Features::default();
+    if s.sentences > 0 {
+        let n = s.sentences as f64;
+        f.mean_support = s.support_sum / n;
+        f.min_support = s.min_support;
+        f.weak_sentence_share = s.weak as f64 / n;
+        f.hedges = phrases.hedges as f64 / n;
+        f.advice = phrases.advice as f64 / n;
     }
-    if sentence_count > 0 {
-        f.mean_support /= sentence_count as f64;
-        f.min_support = min_support;
-        f.weak_sentence_share = weak as f64 / sentence_count as f64;
-        f.hedges = HEDGE.find_iter(&trace.answer).count() as f64 / sentence_count as f64;
-        f.advice = ADVICE.find_iter(&trace.answer).count() as f64 / sentence_count as f64;
-    }
-    f.bigram_support = if pairs > 0 {
-        pairs_found as f64 / pairs as f64
+    f.last_support = s.last_support;
+    f.bigram_support = if s.pairs > 0 {
+        s.pairs_found as f64 / s.pairs as f64
     } else {
         f.mean_support
     };
-    let novel = |pred: fn(&Token) -> bool| {
-        let mut h: Vec<u64> = answer_tokens
-            .iter()
-            .filter(|t| pred(t) && !ctx.contains(t.hash))
-            .map(|t| t.hash)
-            .collect();
-        h.sort_unstable();
-        h.dedup();
-        (h.len() as f64).ln_1p()
-    };
-    f.novel_numbers = novel(|t| t.number);
-    f.novel_names = novel(|t| t.name && !t.number);
-    let distinct = TokenSet::from_hashes(answer_tokens.iter().map(|t| t.hash).collect());
-    let novel_tokens = answer_tokens
-        .iter()
-        .map(|t| t.hash)
-        .filter(|&h| !ctx.contains(h) && !query.contains(h))
-        .collect::<Vec<_>>();
-    let novel_distinct = TokenSet::from_hashes(novel_tokens).len() as f64;
-    f.novel_tokens = novel_distinct.ln_1p();
-    f.novel_token_share = if distinct.is_empty() {
-        0.0
-    } else {
-        novel_distinct / distinct.len() as f64
-    };
-    f.answer_len = (answer_tokens.len() as f64).ln_1p();
-    f.novel_bigrams = (TokenSet::from_hashes(novel_pairs).len() as f64).ln_1p();
-    f.novel_long_words = (TokenSet::from_hashes(
-        answer_tokens
-            .iter()
-            .filter(|t| t.long && !ctx.contains(t.hash) && !query.contains(t.hash))
-            .map(|t| t.hash)
-            .collect(),
-    )
-    .len() as f64)
-        .ln_1p();
-    f.length_ratio = f.answer_len - (ctx_tokens.len() as f64).ln_1p();
-    f.novel_prefix_share = if distinct.is_empty() {
-        0.0
-    } else {
-        let mut novel: Vec<u64> = answer_tokens
-            .iter()
-            .filter(|t| !ctx_prefixes.contains(t.prefix))
-            .map(|t| t.hash)
-            .collect();
-        novel.sort_unstable();
-        novel.dedup();
-        novel.len() as f64 / distinct.len() as f64
-    };
-    f.token_support = share_in(&answer_tokens, &ctx);
-    f.trigram_support = if triples > 0 {
-        triples_found as f64 / triples as f64
+    f.trigram_support = if s.triples > 0 {
+        s.triples_found as f64 / s.triples as f64
     } else {
         f.bigram_support
     };
-    f.longest_novel_run = (longest_run as f64).ln_1p();
-    f.max_novel_in_sentence = (max_novel as f64).ln_1p();
-    f.clean_sentence_share = if sentence_count > 0 {
-        clean as f64 / sentence_count as f64
-    } else {
-        0.0
-    };
-    f.query_context_overlap = share_in(&q_tokens, &ctx);
-    f.weak_sentences = (weak as f64).ln_1p();
-    f.sentences = (sentence_count as f64).ln_1p();
-    f.context_len = (ctx_tokens.len() as f64).ln_1p();
-    f.query_overlap = share_in(&q_tokens, &distinct);
-    f.refusal = f64::from(u8::from(
-        answer_tokens.len() <= 60 && REFUSAL.is_match(&trace.answer),
-    ));
-    let citations = citations(trace);
+    f.novel_numbers = ln_1p(novel_numbers);
+    f.novel_names = ln_1p(novel_names);
+    f.novel_tokens = ln_1p(novel);
+    f.novel_token_share = share(novel, distinct);
+    f.answer_len = ln_1p(n_tokens);
+    f.novel_bigrams = ln_1p(s.novel_pairs);
+    f.novel_long_words = ln_1p(novel_long);
+    f.context_len = ln_1p(context_tokens);
+    f.length_ratio = f.answer_len - f.context_len;
+    f.novel_prefix_share = share(novel_prefix, distinct);
+    f.token_support = share(s.in_context, n_tokens);
+    f.longest_novel_run = ln_1p(s.longest_run);
+    f.max_novel_in_sentence = ln_1p(s.max_novel);
+    f.clean_sentence_share = share(s.clean, s.sentences);
+    let q = &query.tokens;
+    f.query_context_overlap = share(query.in_context(), q.len());
+    f.query_overlap = share(
+        q.iter().filter(|t| answer.hashes.contains(t.hash)).count(),
+        q.len(),
+    );
+    f.weak_sentences = ln_1p(s.weak);
+    f.sentences = ln_1p(s.sentences);
+    f.refusal = f64::from(u8::from(n_tokens <= 60 && phrases.refusal));
     f.bad_citations = f64::from(citations.total - citations.valid);
-    let context_relevance = (!query.is_empty() && !spans.is_empty()).then(|| {
-        let (mut weighted, mut weights) = (0.0, 0.0);
-        for (rank, span) in spans.iter().enumerate() {
-            let mut hit: Vec<u64> = ctx_tokens[span.clone()]
-                .iter()
-                .map(|t| t.hash)
-                .filter(|h| query.contains(*h))
-                .collect();
-            hit.sort_unstable();
-            hit.dedup();
-            let w = 1.0 / (rank + 1) as f64;
-            weighted += w * hit.len() as f64 / query.len() as f64;
-            weights += w;
-        }
-        weighted / weights
-    });
-    (f, citations, sentence_count, context_relevance)
+    f
 }
 
-/// Share of `tokens` (with repeats) found in `set`; 0 for no tokens.
-fn share_in(tokens: &[Token], set: &TokenSet) -> f64 {
-    if tokens.is_empty() {
-        0.0
-    } else {
-        tokens.iter().filter(|t| set.contains(t.hash)).count() as f64 / tokens.len() as f64
+/// Phrase lists, matched case-insensitively on word boundaries.
+///
+/// They were regular expressions (`(?i)\b(...)`, trailing `\b` for hedges and advice); they are now
+/// literals for one Aho-Corasick automaton over the answer's ASCII-lowercased bytes, with the word
+/// boundaries checked by hand on the original text, which finds the same matches (the tests compare
+/// both on generated text). Each list's phrases are whole words that cannot overlap one another on
+/// word boundaries, so counting every boundary-respecting overlapping match counts what the
+/// regexes' leftmost, non-overlapping search counted.
+const REFUSAL_PHRASES: &[&str] = &[
+    "i cannot",
+    "i can't",
+    "i can not",
+    "i am unable to",
+    "i 'm unable to",
+    "i do not know",
+    "i don't know",
+    "i'm sorry",
+    "i am sorry",
+    "unable to answer",
+    "unable to provide",
+    "unable to find",
+    "unable to determine",
+    "does not provide",
+    "does not contain",
+    "does not mention",
+    "does not include",
+    "does not specify",
+    "does not say",
+    "do not provide",
+    "do not contain",
+    "do not mention",
+    "do not include",
+    "do not specify",
+    "do not say",
+    "no information",
+    "no specific information",
+    "not enough information",
+    "not enough specific information",
+    "insufficient information",
+    "insufficient specific information",
+    "not mentioned in",
+    "not provided in",
+    "not specified in",
+    "not stated in",
+    "not available in",
+    "there is no mention",
+    "there is no information",
+    "cannot answer",
+    "cannot be answer",
+    "cannot determine",
+    "cannot be determine",
+];
+
+const HEDGE_WORDS: &[&str] = &[
+    "may",
+    "might",
+    "possibly",
+    "likely",
+    "probably",
+    "generally",
+    "typically",
+    "usually",
+    "approximately",
+    "around",
+    "about",
+    "some",
+    "often",
+    "could",
+];
+
+const ADVICE_PHRASES: &[&str] = &[
+    "important to",
+    "recommend",
+    "consult",
+    "it is best",
+    "should always",
+    "keep in mind",
+    "note that",
+    "in general",
+    "overall",
+    "in summary",
+    "in conclusion",
+    "additionally",
+    "furthermore",
+    "also",
+];
+
+/// Which list a pattern of [`PHRASES`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lexicon {
+    /// Matches on a leading word boundary only.
+    Refusal,
+    Hedge,
+    Advice,
+}
+
+/// The three lists as one automaton, and the list of each pattern.
+static PHRASES: LazyLock<(AhoCorasick, Vec<Lexicon>)> = LazyLock::new(|| {
+    let lists = [
+        (REFUSAL_PHRASES, Lexicon::Refusal),
+        (HEDGE_WORDS, Lexicon::Hedge),
+        (ADVICE_PHRASES, Lexicon::Advice),
+    ];
+    let (patterns, kinds): (Vec<&str>, Vec<Lexicon>) = lists
+        .iter()
+        .flat_map(|(list, kind)| list.iter().map(move |p| (*p, *kind)))
+        .unzip();
+    let automaton = AhoCorasick::new(patterns).expect("static phrase patterns build");
+    (automaton, kinds)
+});
+
+/// The regular expressions the phrase lists replace, used only for answers holding one of the two
+/// non-ASCII characters that Unicode case-insensitive matching equates with an ASCII letter (KELVIN
+/// SIGN with k, LONG S with s), which a byte-wise lowercase cannot see.
+static REFUSAL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(i (cannot|can't|can not|am unable to|'m unable to|do not know|don't know)|i'm sorry|i am sorry|unable to (answer|provide|find|determine)|(does|do) not (provide|contain|mention|include|specify|say)|(no|not enough|insufficient) (specific )?information|not (mentioned|provided|specified|stated|available) in|there is no (mention|information)|cannot (be )?(answer|determine))",
+    )
+    .expect("static regex")
+});
+
+static HEDGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(may|might|possibly|likely|probably|generally|typically|usually|approximately|around|about|some|often|could)\b")
+        .expect("static regex")
+});
+
+static ADVICE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(important to|recommend|consult|it is best|should always|keep in mind|note that|in general|overall|in summary|in conclusion|additionally|furthermore|also)\b")
+        .expect("static regex")
+});
+
+/// Characters outside ASCII that `(?i)` matches to an ASCII letter.
+const ASCII_FOLDING: [char; 2] = ['\u{17F}', '\u{212A}'];
+
+/// The phrase counts of one answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Phrases {
+    refusal: bool,
+    hedges: usize,
+    advice: usize,
+}
+
+impl Phrases {
+    fn scan(answer: &str, lower: &mut Vec<u8>) -> Phrases {
+        if !answer.is_ascii() && answer.contains(ASCII_FOLDING) {
+            return Phrases {
+                refusal: REFUSAL.is_match(answer),
+                hedges: HEDGE.find_iter(answer).count(),
+                advice: ADVICE.find_iter(answer).count(),
+            };
+        }
+        lower.clear();
+        lower.extend(answer.bytes().map(|b| b.to_ascii_lowercase()));
+        let (automaton, kinds) = &*PHRASES;
+        let mut p = Phrases::default();
+        for m in automaton.find_overlapping_iter(lower.as_slice()) {
+            // Every pattern starts and ends with a letter, so `\b` there means no word character
+            // beside it.
+            if !word_boundary_before(answer, m.start()) {
+                continue;
+            }
+            match kinds[m.pattern().as_usize()] {
+                Lexicon::Refusal => p.refusal = true,
+                Lexicon::Hedge => p.hedges += usize::from(word_boundary_after(answer, m.end())),
+                Lexicon::Advice => p.advice += usize::from(word_boundary_after(answer, m.end())),
+            }
+        }
+        p
     }
 }
 
-fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
-    a.hash.rotate_left(29) ^ b.hash.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.hash
+/// No word character (Unicode `\w`, as the regexes had it) ends at byte `i`.
+fn word_boundary_before(text: &str, i: usize) -> bool {
+    match text.as_bytes()[..i].last() {
+        None => true,
+        Some(&b) if b < 0x80 => !(b.is_ascii_alphanumeric() || b == b'_'),
+        Some(_) => text[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !regex_syntax::is_word_character(c)),
+    }
 }
 
+/// No word character starts at byte `i`.
+fn word_boundary_after(text: &str, i: usize) -> bool {
+    match text.as_bytes().get(i) {
+        None => true,
+        Some(&b) if b < 0x80 => !(b.is_ascii_alphanumeric() || b == b'_'),
+        Some(_) => text[i..]
+            .chars()
+            .next()
+            .is_none_or(|c| !regex_syntax::is_word_character(c)),
+    }
+}
+
+/// Citations (`[doc_3]`, `[2]`): an id of a letter then up to 39 of `[A-Za-z0-9_.:-]`, or one to
+/// three digits, in brackets. A number is valid when it is a context's rank (1-based) or id; a name
+/// when it is a context's id.
 fn citations(trace: &Trace) -> Citations {
     let mut c = Citations::default();
-    for m in CITATION.captures_iter(&trace.answer) {
-        let id = &m[1];
+    let bytes = trace.answer.as_bytes();
+    for open in memchr::memchr_iter(b'[', bytes) {
+        let Some(id) = citation_id(&bytes[open + 1..]) else {
+            continue;
+        };
+        // The id is ASCII, so this slice is on character boundaries.
+        let id = &trace.answer[open + 1..open + 1 + id];
         c.total += 1;
-        let valid = match id.parse::<usize>() {
-            Ok(n) => {
-                (1..=trace.contexts.len()).contains(&n)
-                    || trace
-                        .contexts
-                        .iter()
-                        .any(|ctx| ctx.id.as_deref() == Some(id))
-            }
-            Err(_) => trace
+        let by_id = || {
+            trace
                 .contexts
                 .iter()
-                .any(|ctx| ctx.id.as_deref() == Some(id)),
+                .any(|ctx| ctx.id.as_deref() == Some(id))
+        };
+        let valid = match id.parse::<usize>() {
+            Ok(n) => (1..=trace.contexts.len()).contains(&n) || by_id(),
+            Err(_) => by_id(),
         };
         c.valid += u32::from(valid);
     }
     c
+}
+
+/// The length of the citation id at the start of `s` when a `]` closes it.
+fn citation_id(s: &[u8]) -> Option<usize> {
+    let first = *s.first()?;
+    let (len, max) = if first.is_ascii_alphabetic() {
+        let rest = s[1..]
+            .iter()
+            .take(40)
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+            .count();
+        (1 + rest, 40)
+    } else {
+        (
+            s.iter().take(4).take_while(|b| b.is_ascii_digit()).count(),
+            3,
+        )
+    };
+    (len > 0 && len <= max && s.get(len) == Some(&b']')).then_some(len)
 }
 
 #[cfg(test)]
@@ -555,11 +990,12 @@ mod tests {
 
     #[test]
     fn novel_numbers_and_names_are_counted() {
-        let (f, _, _) = extract(&trace(
+        let f = extract(&trace(
             "q",
             &[("d1", CTX)],
             "It began in 2023 and Smith said 1999.",
-        ));
+        ))
+        .features;
         assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
         assert!((f.novel_names - 1f64.ln_1p()).abs() < 1e-12);
     }
@@ -587,19 +1023,19 @@ mod tests {
     fn context_relevance_weights_rank() {
         let q = "What carbon pricing mechanism did Canada introduce in 2023?";
         let off = "Bananas are yellow fruit grown in tropical places.";
-        let first = extract_with_context_relevance(&trace(q, &[("a", CTX), ("b", off)], "x"))
-            .3
+        let first = extract(&trace(q, &[("a", CTX), ("b", off)], "x"))
+            .context_relevance
             .unwrap();
-        let last = extract_with_context_relevance(&trace(q, &[("b", off), ("a", CTX)], "x"))
-            .3
+        let last = extract(&trace(q, &[("b", off), ("a", CTX)], "x"))
+            .context_relevance
             .unwrap();
         assert!(
             first > last,
             "the useful context at rank 1 counts more: {first} vs {last}"
         );
-        assert_eq!(extract_with_context_relevance(&trace(q, &[], "x")).3, None);
-        let only_off = extract_with_context_relevance(&trace(q, &[("b", off)], "x"))
-            .3
+        assert_eq!(extract(&trace(q, &[], "x")).context_relevance, None);
+        let only_off = extract(&trace(q, &[("b", off)], "x"))
+            .context_relevance
             .unwrap();
         assert_eq!(only_off, 0.0);
     }
@@ -616,11 +1052,110 @@ mod tests {
 
     #[test]
     fn no_contexts_means_no_support() {
-        let (f, _, n) = extract(&trace("q", &[], "Paris is the capital of France."));
+        let e = extract(&trace("q", &[], "Paris is the capital of France."));
+        let (f, n) = (e.features, e.sentences);
         assert_eq!(n, 1);
         assert_eq!(f.mean_support, 0.0);
         let v = OfflineJudge::default().judge(&trace("q", &[], "Paris is the capital of France."));
         assert!(v.faithfulness.unwrap() < 0.5);
+    }
+
+    /// The previous citation pattern, the reference for the hand-written scanner.
+    fn reference_citations(trace: &Trace) -> Citations {
+        let re = Regex::new(r"\[([A-Za-z][A-Za-z0-9_.:-]{0,39}|[0-9]{1,3})\]").unwrap();
+        let mut c = Citations::default();
+        for m in re.captures_iter(&trace.answer) {
+            let id = &m[1];
+            c.total += 1;
+            let by_id = trace
+                .contexts
+                .iter()
+                .any(|ctx| ctx.id.as_deref() == Some(id));
+            let valid = match id.parse::<usize>() {
+                Ok(n) => (1..=trace.contexts.len()).contains(&n) || by_id,
+                Err(_) => by_id,
+            };
+            c.valid += u32::from(valid);
+        }
+        c
+    }
+
+    #[test]
+    fn only_two_non_ascii_characters_fold_to_ascii_letters() {
+        let re = Regex::new(r"(?i)^[a-z']$").unwrap();
+        let folding: Vec<char> = (0x80..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| re.is_match(c.encode_utf8(&mut [0; 4])))
+            .collect();
+        assert_eq!(folding, ASCII_FOLDING);
+    }
+
+    fn fragments() -> Vec<&'static str> {
+        let mut f: Vec<&str> = REFUSAL_PHRASES
+            .iter()
+            .chain(HEDGE_WORDS)
+            .chain(ADVICE_PHRASES)
+            .copied()
+            .collect();
+        f.extend([
+            " ",
+            "  ",
+            "I",
+            "May",
+            "ABOUT",
+            "Also",
+            "_",
+            "x",
+            "9",
+            "é",
+            "É",
+            "\u{212A}",
+            "\u{17F}",
+            "’",
+            "'",
+            ".",
+            ",",
+            "\n",
+            "not",
+            "in",
+            "i",
+            "s",
+            "cannot be",
+            "[doc_1]",
+            "[2]",
+            "[",
+            "]",
+            "[a.b:c-d_e]",
+            "[1234]",
+            "[x]",
+            "\u{301}",
+            "ſome",
+            "li\u{212A}ely",
+        ]);
+        f
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn phrases_match_the_regexes(
+            parts in proptest::collection::vec(proptest::sample::select(fragments()), 0..30),
+            upper in proptest::collection::vec(proptest::bool::ANY, 30),
+        ) {
+            let text: String = parts
+                .iter()
+                .zip(&upper)
+                .map(|(p, u)| if *u { p.to_uppercase() } else { (*p).to_owned() })
+                .collect();
+            let got = Phrases::scan(&text, &mut Vec::new());
+            let want = Phrases {
+                refusal: REFUSAL.is_match(&text),
+                hedges: HEDGE.find_iter(&text).count(),
+                advice: ADVICE.find_iter(&text).count(),
+            };
+            proptest::prop_assert_eq!(got, want, "{:?}", text);
+            let t = trace("q", &[("doc_1", CTX), ("x", CTX)], &text);
+            proptest::prop_assert_eq!(citations(&t), reference_citations(&t), "{:?}", text);
+        }
     }
 
     #[test]
@@ -714,20 +1249,22 @@ mod model_tests {
     #[test]
     fn signals_on_hand_cases() {
         let ctx = "Water boils at 100 degrees Celsius at sea level.";
-        let (f, _, _) = extract(&trace(
+        let f = extract(&trace(
             "At what temperature does water boil?",
             ctx,
             "Water boils at 100 degrees Celsius at sea level.",
-        ));
+        ))
+        .features;
         assert_eq!(f.token_support, 1.0);
         assert_eq!(f.novel_tokens, 0.0);
         assert_eq!(f.clean_sentence_share, 1.0);
         assert!(f.query_context_overlap > 0.5);
-        let (f, _, _) = extract(&trace(
+        let f = extract(&trace(
             "q",
             ctx,
             "Water boils at 90 degrees. It may possibly vary. It is important to consult a chemist.",
-        ));
+        ))
+        .features;
         assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
         assert!(f.hedges > 0.0 && f.advice > 0.0);
         assert!(f.weak_sentences > 0.0 && f.novel_long_words > 0.0);

@@ -1,6 +1,9 @@
 //! Text: the cheap lexical machinery the offline judge is built on. Sentences, content tokens
-//! (lowercased, light stemming, numbers normalised), and token sets as sorted hash vectors, which are
-//! faster to build and probe than a `HashSet` for the few hundred tokens of a trace.
+//! (lowercased, light stemming, numbers normalised) as 64-bit hashes, and small hash sets of those
+//! hashes that a worker clears and refills for every trace instead of allocating new ones.
+//!
+//! Everything here works on bytes: the text is UTF-8, every delimiter the tokenizer and the sentence
+//! splitter look for is ASCII, and non-ASCII words take a slower path that lowercases per `char`.
 
 use std::sync::LazyLock;
 
@@ -249,16 +252,65 @@ const STOPWORDS: &[&str] = &[
     "yes",
 ];
 
-/// The stopwords sorted, for binary search: a linear scan per token was the judge's main cost.
-static STOPWORDS_SORTED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    let mut v = STOPWORDS.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    v
+/// Stopwords are only looked up when at most this long (the list's "alternatively" is longer, so it
+/// has never been dropped; the trained model expects that).
+const MAX_STOPWORD_LEN: usize = 12;
+
+/// The stopwords as an open-addressing table of words packed into a `u128` (at most 12 bytes, zero
+/// padded; words never contain a zero byte), so a lookup is one multiply and an integer compare or two.
+/// A sorted list with binary search over `&str` was the judge's main cost.
+struct StopwordTable {
+    slots: Vec<u128>,
+    shift: u32,
+}
+
+static STOPWORD_TABLE: LazyLock<StopwordTable> = LazyLock::new(|| {
+    let bits = 10; // 1,024 slots for ~250 words: probes stay short.
+    let mut table = StopwordTable {
+        slots: vec![0; 1 << bits],
+        shift: 128 - bits,
+    };
+    for w in STOPWORDS.iter().filter(|w| w.len() <= MAX_STOPWORD_LEN) {
+        let key = pack(w.as_bytes());
+        let mut i = table.slot(key);
+        while table.slots[i] != 0 && table.slots[i] != key {
+            i = (i + 1) & (table.slots.len() - 1);
+        }
+        table.slots[i] = key;
+    }
+    table
 });
 
-fn is_stopword(word: &str) -> bool {
-    word.len() <= 12 && STOPWORDS_SORTED.binary_search(&word).is_ok()
+impl StopwordTable {
+    fn slot(&self, key: u128) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835) >> self.shift) as usize
+    }
+
+    fn contains(&self, word: &[u8]) -> bool {
+        if word.is_empty() || word.len() > MAX_STOPWORD_LEN {
+            return false;
+        }
+        let key = pack(word);
+        let mut i = self.slot(key);
+        loop {
+            match self.slots[i] {
+                0 => return false,
+                k if k == key => return true,
+                _ => i = (i + 1) & (self.slots.len() - 1),
+            }
+        }
+    }
+}
+
+/// Packs up to 16 bytes into a `u128`, little-endian, zero padded.
+fn pack(word: &[u8]) -> u128 {
+    let mut buf = [0u8; 16];
+    buf[..word.len()].copy_from_slice(word);
+    u128::from_le_bytes(buf)
+}
+
+fn is_stopword(word: &[u8]) -> bool {
+    STOPWORD_TABLE.contains(word)
 }
 
 /// One token of text: its hash, and whether it is a number or a capitalised name in the source.
@@ -276,7 +328,8 @@ pub struct Token {
     pub prefix: u64,
 }
 
-/// A sorted, deduplicated set of token hashes.
+/// A sorted, deduplicated set of token hashes (for callers that build a set once; the judge itself
+/// uses the reusable [`HashSet64`]).
 #[derive(Debug, Clone, Default)]
 pub struct TokenSet(Vec<u64>);
 
@@ -304,145 +357,552 @@ impl TokenSet {
     }
 }
 
-/// Splits text into sentences at `.`, `!`, `?` or a newline followed by space/end, keeping
-/// decimal numbers ("3.5") and common abbreviations intact enough for scoring.
-pub fn sentences(text: &str) -> Vec<&str> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 0..bytes.len() {
-        let b = bytes[i];
-        let boundary = match b {
-            b'\n' => true,
-            b'.' | b'!' | b'?' => {
-                let next = bytes.get(i + 1).copied();
-                let prev = if i > 0 { bytes[i - 1] } else { b' ' };
-                let next_ws = next.is_none_or(|n| n.is_ascii_whitespace() || n == b'"');
-                // "e.g." and single initials: a one-letter word before the dot is not an end.
-                let short_word =
-                    i >= 2 && prev.is_ascii_alphabetic() && !bytes[i - 2].is_ascii_alphanumeric();
-                next_ws && !short_word
-            }
-            _ => false,
-        };
-        if boundary {
-            let s = text[start..=i].trim();
-            if s.chars().any(char::is_alphanumeric) {
-                out.push(s);
-            }
-            start = i + 1;
-        }
-    }
-    let rest = text[start..].trim();
-    if rest.chars().any(char::is_alphanumeric) {
-        out.push(rest);
-    }
-    out
+/// A set of 64-bit hashes with a small value per member (flags, or a stamp), by open addressing.
+///
+/// Made to be reused: [`HashSet64::reset`] empties it in constant time by moving to a new epoch (a
+/// slot whose epoch is not the set's is empty), so a worker's sets neither allocate nor clear memory
+/// per trace once they have grown to the largest trace seen. Keys are hashes already, so one
+/// multiply spreads them over the slots.
+#[derive(Debug, Clone)]
+pub struct HashSet64 {
+    slots: Vec<Slot>,
+    epoch: u32,
+    /// Slots in use minus one (a power of two minus one).
+    mask: usize,
+    /// 64 minus log2 of the slots in use: the multiply's top bits pick the slot.
+    shift: u32,
+    len: usize,
 }
 
-/// Content tokens of `text`: stopwords dropped, lowercased, lightly stemmed, numbers normalised
-/// ("1,200" and "1200" agree; "5%" is "5"; "$3.50" is "3.50").
-pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
-    let mut word = String::with_capacity(32);
-    let mut sentence_start = true;
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_digit() {
-            // A number: digits with inner ',' or '.' separators.
-            word.clear();
-            while i < bytes.len() {
-                let b = bytes[i];
-                if b.is_ascii_digit() {
-                    word.push(b as char);
-                } else if (b == b',' || b == b'.')
-                    && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
-                {
-                    if b == b'.' {
-                        word.push('.');
-                    }
-                } else {
-                    break;
-                }
-                i += 1;
+/// One slot, in one cache line access: key, value, and the epoch that makes it live.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    key: u64,
+    value: u32,
+    epoch: u32,
+}
+
+impl Default for HashSet64 {
+    fn default() -> Self {
+        let mut s = Self {
+            slots: Vec::new(),
+            epoch: 0,
+            mask: 0,
+            shift: 0,
+            len: 0,
+        };
+        s.reset(0);
+        s
+    }
+}
+
+impl HashSet64 {
+    /// Empties the set and sizes it for up to `expected` members (at most half full).
+    pub fn reset(&mut self, expected: usize) {
+        let slots = (expected.max(8) * 2).next_power_of_two();
+        if self.slots.len() < slots {
+            self.slots.resize(slots, Slot::default());
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            // Once per 4 billion resets: old epochs could come back to life.
+            self.slots.fill(Slot::default());
+            self.epoch = 1;
+        }
+        self.mask = slots - 1;
+        self.shift = 64 - slots.trailing_zeros();
+        self.len = 0;
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go; and whether it holds it.
+    fn find(&self, key: u64) -> (usize, bool) {
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        loop {
+            let slot = &self.slots[i];
+            if slot.epoch != self.epoch {
+                return (i, false);
             }
-            let hash = xxh3_64(word.as_bytes());
-            out.push(Token {
-                hash,
-                number: true,
-                name: false,
-                long: false,
-                prefix: hash,
-            });
-            sentence_start = false;
-            continue;
+            if slot.key == key {
+                return (i, true);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Adds `key` with `value` ORed into its value; returns the value it had, `None` when it is new.
+    /// Grows when more than half full, so [`HashSet64::reset`] with the right size avoids that.
+    pub fn insert(&mut self, key: u64, value: u32) -> Option<u32> {
+        if (self.len + 1) * 2 > self.mask + 1 {
+            self.grow();
+        }
+        let (i, present) = self.find(key);
+        let slot = &mut self.slots[i];
+        if present {
+            let old = slot.value;
+            slot.value |= value;
+            Some(old)
+        } else {
+            *slot = Slot {
+                key,
+                value,
+                epoch: self.epoch,
+            };
+            self.len += 1;
+            None
+        }
+    }
+
+    fn grow(&mut self) {
+        let members: Vec<(u64, u32)> = self.iter().collect();
+        self.reset(self.mask + 1);
+        for (k, v) in members {
+            self.insert(k, v);
+        }
+    }
+
+    /// Whether `key` is in the set.
+    pub fn contains(&self, key: u64) -> bool {
+        self.find(key).1
+    }
+
+    /// The value of `key`, when present.
+    pub fn get(&self, key: u64) -> Option<u32> {
+        let (i, present) = self.find(key);
+        present.then(|| self.slots[i].value)
+    }
+
+    /// The value of `key`, to change in place, when present.
+    pub fn value_mut(&mut self, key: u64) -> Option<&mut u32> {
+        let (i, present) = self.find(key);
+        present.then(|| &mut self.slots[i].value)
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Members and their values, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.slots[..=self.mask]
+            .iter()
+            .filter(|s| s.epoch == self.epoch)
+            .map(|s| (s.key, s.value))
+    }
+}
+
+/// The sentences of `text`, split at `.`, `!`, `?` or a newline followed by space/end, keeping
+/// decimal numbers ("3.5") and common abbreviations intact enough for scoring. Each sentence is
+/// trimmed; fragments without a letter or digit are skipped.
+pub fn sentences(text: &str) -> Vec<&str> {
+    Sentences::new(text).collect()
+}
+
+/// The iterator behind [`sentences`]: finds candidate ends with `memchr` instead of testing every byte.
+#[derive(Debug, Clone)]
+pub struct Sentences<'a> {
+    text: &'a str,
+    /// Where the current sentence starts.
+    start: usize,
+    /// Where to look for the next candidate end.
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Sentences<'a> {
+    /// Sentences of `text`.
+    pub fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            start: 0,
+            pos: 0,
+            done: false,
+        }
+    }
+
+    /// The next end of a sentence at or after `self.pos` (the index of its final byte).
+    fn next_boundary(&mut self) -> Option<usize> {
+        let bytes = self.text.as_bytes();
+        while self.pos < bytes.len() {
+            let rest = &bytes[self.pos..];
+            let i = self.pos + memchr::memchr3(b'.', b'!', b'?', rest).unwrap_or(rest.len());
+            // A newline always ends a sentence, so a newline before the punctuation comes first.
+            let i = memchr::memchr(b'\n', &bytes[self.pos..i]).map_or(i, |n| self.pos + n);
+            if i >= bytes.len() {
+                self.pos = bytes.len();
+                return None;
+            }
+            self.pos = i + 1;
+            if bytes[i] == b'\n' {
+                return Some(i);
+            }
+            let next_ws = bytes
+                .get(i + 1)
+                .is_none_or(|n| n.is_ascii_whitespace() || *n == b'"');
+            // "e.g." and single initials: a one-letter word before the dot is not an end.
+            let short_word = i >= 2
+                && bytes[i - 1].is_ascii_alphabetic()
+                && !bytes[i - 2].is_ascii_alphanumeric();
+            if next_ws && !short_word {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+impl<'a> Iterator for Sentences<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        while !self.done {
+            let s = match self.next_boundary() {
+                Some(i) => {
+                    let s = &self.text[self.start..=i];
+                    self.start = i + 1;
+                    s
+                }
+                None => {
+                    self.done = true;
+                    &self.text[self.start..]
+                }
+            };
+            let s = s.trim();
+            if has_alphanumeric(s) {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// `s.chars().any(char::is_alphanumeric)`, with the ASCII answer found without decoding.
+fn has_alphanumeric(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_alphanumeric())
+        || (!s.is_ascii() && s.chars().any(char::is_alphanumeric))
+}
+
+/// What a byte can start or continue in the tokenizer.
+const DIGIT: u8 = 1;
+const WORD_START: u8 = 2;
+const WORD: u8 = 4;
+const CLAUSE_END: u8 = 8;
+/// An ASCII letter or digit: a word of these needs no apostrophe or Unicode handling.
+const PLAIN: u8 = 16;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_digit() {
+            t[b] |= DIGIT | WORD;
         }
         if c.is_ascii_alphabetic() || c >= 0x80 {
-            let start = i;
-            while i < bytes.len()
-                && (bytes[i].is_ascii_alphanumeric() || bytes[i] >= 0x80 || bytes[i] == b'\'')
-            {
-                i += 1;
-            }
-            let raw = &text[start..i];
-            let capital = c.is_ascii_uppercase();
-            word.clear();
-            if raw.is_ascii() {
-                word.extend(
-                    raw.bytes()
-                        .filter(|&b| b != b'\'')
-                        .map(|b| b.to_ascii_lowercase() as char),
-                );
-            } else {
-                for ch in raw.chars().filter(|&ch| ch != '\'') {
-                    word.extend(ch.to_lowercase());
-                }
-            }
-            if word.ends_with("s") && raw.ends_with("'s") {
-                word.pop();
-            }
-            if !is_stopword(&word) {
-                let stem = stem(&word);
-                let cut = stem.char_indices().nth(5).map_or(stem.len(), |(i, _)| i);
-                out.push(Token {
-                    hash: xxh3_64(stem.as_bytes()),
-                    number: false,
-                    name: capital && !sentence_start,
-                    long: word.len() >= 7,
-                    prefix: xxh3_64(&stem.as_bytes()[..cut]) ^ 0x5f5f,
-                });
-            }
-            sentence_start = false;
-            continue;
+            t[b] |= WORD_START | WORD;
+        }
+        if c.is_ascii_alphanumeric() {
+            t[b] |= PLAIN;
+        }
+        if c == b'\'' {
+            t[b] |= WORD;
         }
         if matches!(c, b'.' | b'!' | b'?' | b'\n' | b':') {
-            sentence_start = true;
+            t[b] |= CLAUSE_END;
         }
-        i += 1;
+        b += 1;
     }
+    t
+};
+
+/// Content tokens of `text`: stopwords dropped, lowercased, lightly stemmed, numbers normalised
+/// ("1,200" and "1200" agree; "5%" is "5"; "$3.50" is "3.50"). Appends to `out`.
+pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
+    Tokenizer::default().tokens(text, out);
+}
+
+/// The tokenizer with its word buffer and word cache, kept by a worker so tokenizing allocates
+/// nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Tokenizer {
+    word: Vec<u8>,
+    cache: WordCache,
+}
+
+/// What a lowercased word becomes: nothing (a stopword), or a token's hash, prefix and length flag.
+#[derive(Debug, Clone, Copy, Default)]
+struct WordEntry {
+    stopword: bool,
+    long: bool,
+    hash: u64,
+    prefix: u64,
+}
+
+impl WordEntry {
+    fn token(&self, name: bool) -> Token {
+        Token {
+            hash: self.hash,
+            number: false,
+            name,
+            long: self.long,
+            prefix: self.prefix,
+        }
+    }
+
+    fn of(word: &[u8]) -> WordEntry {
+        if is_stopword(word) {
+            return WordEntry {
+                stopword: true,
+                ..WordEntry::default()
+            };
+        }
+        let stem = stem_bytes(word);
+        WordEntry {
+            stopword: false,
+            long: word.len() >= 7,
+            hash: xxh3_64(stem),
+            prefix: xxh3_64(&stem[..prefix_len(stem)]) ^ 0x5f5f,
+        }
+    }
+}
+
+/// Words repeat (Zipf, and retrieved passages repeat each other), so the stopword check, the stem
+/// and both hashes of a word are memoised per worker, keyed by the lowercased word packed into a
+/// `u128` (words of up to 16 bytes; longer ones are computed each time). It only memoises a pure
+/// function, so it cannot change a score. Bounded: emptied when half full.
+#[derive(Debug, Clone)]
+struct WordCache {
+    keys: Vec<u128>,
+    entries: Vec<WordEntry>,
+    used: usize,
+}
+
+impl WordCache {
+    /// 4,096 slots: about 160 KB per worker.
+    const SLOTS: usize = 1 << 12;
+
+    fn get(&mut self, word: &[u8]) -> WordEntry {
+        if word.is_empty() || word.len() > 16 {
+            return WordEntry::of(word);
+        }
+        self.get_packed(pack(word), word.len())
+    }
+
+    /// The home slot of a key: its two halves mixed by one 64-bit multiply, top 12 bits.
+    fn home(key: u128) -> usize {
+        let mixed = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
+        (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize
+    }
+
+    /// The entry of the word of `len` bytes packed in `key`. The hit is the hot path and is inlined
+    /// into the tokenizer's loop; the miss computes the entry out of line.
+    #[inline(always)]
+    fn get_packed(&mut self, key: u128, len: usize) -> WordEntry {
+        let mask = Self::SLOTS - 1;
+        let mut i = Self::home(key);
+        loop {
+            match self.keys[i] {
+                k if k == key => return self.entries[i],
+                0 => return self.insert(key, len, i),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// Computes and stores the entry of a word not in the cache; `empty` is the slot it goes to.
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, key: u128, len: usize, empty: usize) -> WordEntry {
+        let entry = WordEntry::of(&key.to_le_bytes()[..len]);
+        let mut i = empty;
+        if self.used * 2 >= Self::SLOTS {
+            self.keys.fill(0);
+            self.used = 0;
+            i = Self::home(key);
+        }
+        self.keys[i] = key;
+        self.entries[i] = entry;
+        self.used += 1;
+        entry
+    }
+}
+
+impl Default for WordCache {
+    fn default() -> Self {
+        Self {
+            keys: vec![0; Self::SLOTS],
+            entries: vec![WordEntry::default(); Self::SLOTS],
+            used: 0,
+        }
+    }
+}
+
+impl Tokenizer {
+    /// [`content_tokens`], reusing this tokenizer's buffers.
+    pub fn tokens(&mut self, text: &str, out: &mut Vec<Token>) {
+        let Tokenizer { word, cache } = self;
+        let mut sentence_start = true;
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            let class = CLASS[usize::from(c)];
+            if class & DIGIT != 0 {
+                // A number: digits with inner ',' or '.' separators.
+                word.clear();
+                while i < bytes.len() {
+                    let b = bytes[i];
+                    if b.is_ascii_digit() {
+                        word.push(b);
+                    } else if (b == b',' || b == b'.')
+                        && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+                    {
+                        if b == b'.' {
+                            word.push(b'.');
+                        }
+                    } else {
+                        break;
+                    }
+                    i += 1;
+                }
+                let hash = xxh3_64(word);
+                out.push(Token {
+                    hash,
+                    number: true,
+                    name: false,
+                    long: false,
+                    prefix: hash,
+                });
+                sentence_start = false;
+                continue;
+            }
+            if class & WORD_START != 0 {
+                // One pass over the word: find its end and pack its lowercase form, which is the
+                // cache key whenever the word is plain (ASCII letters and digits, at most 16 bytes).
+                let start = i;
+                let mut classes = PLAIN;
+                while let Some(&b) = bytes.get(i) {
+                    let class = CLASS[usize::from(b)];
+                    if class & WORD == 0 {
+                        break;
+                    }
+                    classes &= class;
+                    i += 1;
+                }
+                let name = c.is_ascii_uppercase() && !sentence_start;
+                sentence_start = false;
+                let len = i - start;
+                if classes & PLAIN != 0 && len <= 16 {
+                    let entry = cache.get_packed(pack_plain(bytes, start, len), len);
+                    if !entry.stopword {
+                        out.push(entry.token(name));
+                    }
+                    continue;
+                }
+                let raw = &bytes[start..i];
+                word.clear();
+                if raw.is_ascii() {
+                    word.extend(
+                        raw.iter()
+                            .filter(|&&b| b != b'\'')
+                            .map(u8::to_ascii_lowercase),
+                    );
+                } else {
+                    let mut buf = [0u8; 4];
+                    for ch in text[start..i].chars().filter(|&ch| ch != '\'') {
+                        for lower in ch.to_lowercase() {
+                            word.extend_from_slice(lower.encode_utf8(&mut buf).as_bytes());
+                        }
+                    }
+                }
+                if word.ends_with(b"s") && raw.ends_with(b"'s") {
+                    word.pop();
+                }
+                let entry = cache.get(word);
+                if !entry.stopword {
+                    out.push(entry.token(name));
+                }
+                continue;
+            }
+            if class & CLAUSE_END != 0 {
+                sentence_start = true;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// The lowercase form of the plain word (ASCII letters and digits) of `len` <= 16 bytes at `start`,
+/// packed as [`pack`] does. For letters and digits, lowercasing is setting bit 5 wherever bit 6 is
+/// set, which a 128-bit word does for all 16 bytes at once.
+#[inline]
+fn pack_plain(bytes: &[u8], start: usize, len: usize) -> u128 {
+    let raw = match bytes.get(start..start + 16) {
+        Some(chunk) => {
+            let mut buf = [0u8; 16];
+            buf.copy_from_slice(chunk);
+            u128::from_le_bytes(buf)
+        }
+        None => pack(&bytes[start..start + len]),
+    };
+    let word = raw & KEEP_BYTES[len];
+    word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1)
+}
+
+/// `KEEP_BYTES[n]` keeps the low `n` bytes of a `u128` (a table, because the shift for 16 would
+/// overflow and a 128-bit variable shift is slow).
+static KEEP_BYTES: [u128; 17] = {
+    let mut t = [0u128; 17];
+    let mut n = 1;
+    while n < 17 {
+        t[n] = (t[n - 1] << 8) | 0xFF;
+        n += 1;
+    }
+    t
+};
+
+/// Bytes in the first five characters of UTF-8 `s`.
+fn prefix_len(s: &[u8]) -> usize {
+    let mut chars = 0;
+    for (i, b) in s.iter().enumerate() {
+        // A byte that is not a continuation byte starts a character.
+        if b & 0xC0 != 0x80 {
+            if chars == 5 {
+                return i;
+            }
+            chars += 1;
+        }
+    }
+    s.len()
 }
 
 /// A light suffix stripper: enough that "prices", "priced" and "pricing" meet at "pric".
-pub fn stem(word: &str) -> &str {
+fn stem_bytes(word: &[u8]) -> &[u8] {
     let n = word.len();
-    for suffix in ["ing", "ies", "ed", "es", "ly", "s"] {
-        if n > suffix.len() + 3 && word.ends_with(suffix) && word.is_char_boundary(n - suffix.len())
-        {
+    for suffix in [&b"ing"[..], b"ies", b"ed", b"es", b"ly", b"s"] {
+        if n > suffix.len() + 3 && word.ends_with(suffix) {
             let cut = &word[..n - suffix.len()];
-            return cut.strip_suffix('e').unwrap_or(cut);
+            return cut.strip_suffix(b"e").unwrap_or(cut);
         }
     }
-    word.strip_suffix('e')
+    word.strip_suffix(b"e")
         .filter(|w| w.len() > 3)
         .unwrap_or(word)
 }
 
-/// Hashes of consecutive token pairs.
-pub fn bigrams(tokens: &[Token]) -> impl Iterator<Item = u64> + '_ {
-    tokens
-        .windows(2)
-        .map(|w| w[0].hash.rotate_left(17) ^ w[1].hash.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+/// The hash of a token pair.
+pub fn bigram(a: &Token, b: &Token) -> u64 {
+    a.hash.rotate_left(17) ^ b.hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The hash of a token triple.
+pub fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
+    a.hash.rotate_left(29) ^ b.hash.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.hash
 }
 
 #[cfg(test)]
@@ -497,5 +957,135 @@ mod tests {
         let s = TokenSet::from_hashes(vec![5, 1, 5, 3]);
         assert_eq!(s.len(), 3);
         assert!(s.contains(3) && !s.contains(4));
+    }
+
+    #[test]
+    fn plain_words_pack_as_their_lowercase() {
+        let text = b"Hello WORLD abcdefghijklmnop Z09az x";
+        for (start, len) in [(0, 5), (6, 5), (12, 16), (29, 5), (35, 1)] {
+            let lower = text[start..start + len].to_ascii_lowercase();
+            assert_eq!(pack_plain(text, start, len), pack(&lower), "{start}");
+        }
+    }
+
+    #[test]
+    fn word_cache_gives_what_it_would_compute() {
+        let mut t = Tokenizer::default();
+        let text = "Prices priced pricing the THE The élan Élan naïve's internationalization x1 a \
+                    ABCDEFGHIJKLMNOPqrstuvwxyz0123456789 Zz9 MIXEDcase16bytes MIXEDcase17bytesX end";
+        let (mut first, mut again) = (Vec::new(), Vec::new());
+        t.tokens(text, &mut first);
+        t.tokens(text, &mut again);
+        assert_eq!(first, again);
+        assert_eq!(first, toks(text));
+        // Past half full the cache starts over, and still answers right.
+        for n in 0..5000 {
+            let w = format!("word{n}x");
+            assert_eq!(
+                t.cache.get(w.as_bytes()).hash,
+                WordEntry::of(w.as_bytes()).hash
+            );
+        }
+        assert_eq!(toks(text), {
+            let mut v = Vec::new();
+            t.tokens(text, &mut v);
+            v
+        });
+    }
+
+    #[test]
+    fn stopword_table_agrees_with_the_list() {
+        for w in STOPWORDS {
+            assert_eq!(
+                is_stopword(w.as_bytes()),
+                w.len() <= MAX_STOPWORD_LEN,
+                "{w}"
+            );
+        }
+        for w in [
+            "",
+            "th",
+            "them!",
+            "alternatively",
+            "priced",
+            "thee",
+            "abovee",
+        ] {
+            assert!(!is_stopword(w.as_bytes()), "{w}");
+        }
+    }
+
+    #[test]
+    fn hash_set_counts_distinct_members_and_grows() {
+        let mut s = HashSet64::default();
+        s.reset(2);
+        for k in [0u64, 7, 7, 0, 1 << 63, 42] {
+            s.insert(k, 1);
+        }
+        assert_eq!(s.len(), 4);
+        assert!(s.contains(0) && s.contains(7) && !s.contains(8));
+        assert_eq!(s.iter().count(), 4);
+        for k in 100..1100u64 {
+            s.insert(k * 0x1234_5678_9abc, 2);
+        }
+        assert_eq!(s.len(), 1004);
+        assert_eq!(s.get(7), Some(1));
+        assert_eq!(s.get(100 * 0x1234_5678_9abc), Some(2));
+        *s.value_mut(7).unwrap() = 5;
+        assert_eq!(s.insert(7, 2), Some(5));
+        assert_eq!(s.get(7), Some(7));
+        assert_eq!(s.value_mut(8), None);
+        s.reset(3);
+        assert!(s.is_empty() && !s.contains(7) && !s.contains(0));
+    }
+
+    /// The previous byte-at-a-time splitter, kept as the reference the memchr one must match.
+    fn reference_sentences(text: &str) -> Vec<&str> {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for i in 0..bytes.len() {
+            let b = bytes[i];
+            let boundary = match b {
+                b'\n' => true,
+                b'.' | b'!' | b'?' => {
+                    let next = bytes.get(i + 1).copied();
+                    let prev = if i > 0 { bytes[i - 1] } else { b' ' };
+                    let next_ws = next.is_none_or(|n| n.is_ascii_whitespace() || n == b'"');
+                    let short_word = i >= 2
+                        && prev.is_ascii_alphabetic()
+                        && !bytes[i - 2].is_ascii_alphanumeric();
+                    next_ws && !short_word
+                }
+                _ => false,
+            };
+            if boundary {
+                let s = text[start..=i].trim();
+                if s.chars().any(char::is_alphanumeric) {
+                    out.push(s);
+                }
+                start = i + 1;
+            }
+        }
+        let rest = text[start..].trim();
+        if rest.chars().any(char::is_alphanumeric) {
+            out.push(rest);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn sentences_match_the_reference(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "B", "e.g.", "3.5", ".", "!", "?", "\n", " ", "\"", "J.", "\u{a0}", "é", "—", "…", "x1", "  ",
+                ]),
+                0..40,
+            )
+        ) {
+            let text: String = parts.concat();
+            proptest::prop_assert_eq!(sentences(&text), reference_sentences(&text));
+        }
     }
 }

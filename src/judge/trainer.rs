@@ -55,7 +55,7 @@ pub fn examples(traces: &[Trace], folds: usize) -> Vec<Example> {
         .iter()
         .filter_map(|t| {
             let y = t.label_faithful?;
-            let (f, _, _) = extract(t);
+            let f = extract(t).features;
             let fold = (xxhash_rust::xxh3::xxh3_64(t.query.trim().to_lowercase().as_bytes())
                 % folds as u64) as usize;
             Some(Example {

@@ -104,10 +104,21 @@ impl Pipeline {
 
     /// Decodes, stratifies and runs the offline judge; touches no metric.
     pub fn evaluate(&self, bytes: &[u8]) -> Evaluation {
+        self.evaluate_with(bytes, true)
+    }
+
+    /// [`Pipeline::evaluate`], with the offline verdict's `details` (its features) or without: that
+    /// JSON object costs more to build than the judge itself, and only verdict records read it.
+    fn evaluate_with(&self, bytes: &[u8], details: bool) -> Evaluation {
         match self.decoder.decode(bytes) {
             Ok(trace) => {
                 let stratum = self.shared.stratifier.assign(&trace);
-                let verdict = self.offline.judge(&trace);
+                let score = self.offline.score(&trace);
+                let verdict = if details {
+                    score.verdict()
+                } else {
+                    score.verdict_without_details()
+                };
                 Evaluation {
                     trace: Ok(trace),
                     stratum,
@@ -138,7 +149,7 @@ impl Pipeline {
             stratum,
             verdict,
             ..
-        } = self.evaluate(bytes);
+        } = self.evaluate_with(bytes, false);
         let trace = match trace {
             Ok(t) => t,
             Err(e) => {
