@@ -8,7 +8,8 @@
 //!   `reranker.output_documents.N.document.*`; `llm.input_messages.N.message.{role,content}`,
 //!   `llm.output_messages.N.message.content`, `llm.model_name`, `llm.token_count.*`; `metadata`.
 //! - OpenLLMetry: `traceloop.span.kind` (workflow, agent, task), `traceloop.entity.{input,output}`
-//!   (JSON); `gen_ai.prompt.N.{role,content}`, `gen_ai.completion.N.content`,
+//!   (JSON); model calls as `gen_ai.prompt.N.{role,content}` and `gen_ai.completion.N.content`
+//!   (older releases) or `gen_ai.input.messages` / `gen_ai.output.messages` (recent ones),
 //!   `gen_ai.{request,response}.model`, `gen_ai.usage.*`; vector-store results as span events
 //!   `db.query.result` with `db.query.result.{id,score,document}`.
 //! - GenAI: `gen_ai.operation.name` (invoke_workflow / invoke_agent, chat, retrieval);
@@ -213,6 +214,7 @@ impl Extractor {
         let (mut chain, mut llm, mut retrieval) = (false, false, false);
         let (mut request_model, mut response_model) = (None, None);
         let (mut prompts, mut completions): (Messages, Messages) = (Vec::new(), Vec::new());
+        let (mut inputs, mut outputs) = (None, None);
         for kv in span.attributes.iter_mut() {
             let v = &mut kv.value;
             match kv.key.as_str() {
@@ -222,6 +224,15 @@ impl Extractor {
                 "traceloop.entity.input" => input = take_string(v),
                 "traceloop.entity.output" => output = take_string(v),
                 "llm.request.type" => llm = true,
+                // Recent OpenLLMetry writes model calls in the GenAI conventions.
+                "gen_ai.operation.name" => {
+                    llm |= matches!(
+                        str_of(v),
+                        Some("chat" | "text_completion" | "generate_content")
+                    )
+                }
+                "gen_ai.input.messages" => inputs = structured(v),
+                "gen_ai.output.messages" => outputs = structured(v),
                 "gen_ai.request.model" => request_model = take_string(v),
                 "gen_ai.response.model" => response_model = take_string(v),
                 "gen_ai.usage.prompt_tokens" | "gen_ai.usage.input_tokens" => {
@@ -272,8 +283,13 @@ impl Extractor {
             f.output = output.map(|s| text_of(s, Some(true)));
         } else if llm {
             f.kind = Kind::Llm;
-            f.user = last_user(prompts);
-            f.completion = first_text(completions);
+            f.user = last_user(prompts).or_else(|| {
+                inputs
+                    .as_ref()
+                    .and_then(|m| gen_ai_text(m, Some("user"), true))
+            });
+            f.completion = first_text(completions)
+                .or_else(|| outputs.as_ref().and_then(|m| gen_ai_text(m, None, false)));
         }
     }
 
