@@ -382,7 +382,11 @@ fn rag_spans(trace: u64) -> Vec<Span> {
                 ),
                 kv(
                     "ragwatch.stratum",
-                    if trace % 3 == 0 { "tail" } else { "head" },
+                    if trace.is_multiple_of(3) {
+                        "tail"
+                    } else {
+                        "head"
+                    },
                 ),
             ],
         ),
