@@ -317,3 +317,89 @@ fn error(code: StatusCode, format: TraceFormat, message: &str) -> Response {
             .into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receiver(jobs_tx: mpsc::Sender<Job>) -> Receiver {
+        Receiver {
+            jobs_tx,
+            metrics: Arc::new(Metrics::new(&[], "test")),
+            max_body_bytes: 1000,
+            max_spans: 10,
+            retry_after: HeaderValue::from(7u64),
+        }
+    }
+
+    fn post(body: &[u8]) -> Request {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/traces")
+            .header(header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Body::from(body.to_vec()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn full_queue_is_429_and_closed_queue_503_both_with_retry_after() {
+        let (tx, rx) = mpsc::channel(1);
+        let r = receiver(tx.clone());
+        let (reply, _answer) = oneshot::channel();
+        tx.try_send(Job {
+            request: ExportTraceServiceRequest::default(),
+            reply,
+        })
+        .unwrap();
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        drop(rx);
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        let m = &r.metrics;
+        assert_eq!(m.otlp_requests.with_label_values(&["throttled"]).get(), 1);
+        assert_eq!(m.otlp_requests.with_label_values(&["unavailable"]).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_reports_the_spans_not_kept() {
+        let (tx, mut rx) = mpsc::channel::<Job>(1);
+        let r = receiver(tx);
+        tokio::spawn(async move {
+            let job = rx.recv().await.unwrap();
+            let _ = job.reply.send(AddStats {
+                spans: 3,
+                dropped: [1, 1, 0],
+                attached: 1,
+            });
+        });
+        let resp = export(State(r), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let answer = ExportTraceServiceResponse::decode(body).unwrap();
+        let partial = answer.partial_success.unwrap();
+        assert_eq!(partial.rejected_spans, 2);
+        assert!(partial.error_message.contains("1 with invalid ids"));
+    }
+
+    #[tokio::test]
+    async fn oversized_and_gzip_bombs_are_413() {
+        let (tx, _rx) = mpsc::channel(1);
+        let r = receiver(tx);
+        let resp = export(State(r.clone()), post(&[0u8; 2000])).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &[0u8; 100_000]).unwrap();
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1000);
+        let mut req = post(&bomb);
+        req.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let resp = export(State(r), req).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+}
