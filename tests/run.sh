@@ -56,7 +56,7 @@ tests/lint.sh
 cargo test --release --all-targets
 case "${1:-}" in
   --bench)
-    cargo bench --bench pipeline
+    cargo bench --bench pipeline --bench otlp
     ;;
   --fuzz)
     secs="${2:-300}"
