@@ -1,6 +1,9 @@
 //! `ragwatch run`: wires source, pipeline, sampled-judge pool, evaluator and admin server together,
 //! and owns the shutdown sequence.
 //!
+//! The source is Kafka, a file, stdin or the OTLP/HTTP receiver; messages go to the pipeline
+//! directly (native traces) or through span assembly ([`SpanIngest`], OTLP formats).
+//!
 //! Shutdown (SIGTERM or SIGINT): readiness goes false; the source stops consuming; the judge queue is
 //! closed and the pool finishes queued work until `shutdown.grace_secs`, after which it abandons the
 //! rest (counted as skipped `shutdown`, offsets not stored, so redelivered); final offsets are stored
@@ -20,7 +23,7 @@ use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge};
 use crate::pipeline::{Pipeline, PoolJudge, run_pool};
 use crate::recorder::Shared;
-use crate::source::{self, SourceError};
+use crate::source::{self, Ingest, SourceError, SpanIngest};
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -136,40 +139,34 @@ pub async fn run(
         })
     };
 
-    let mut pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
+    let pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(source = ?config.source.kind, strata = ?shared.stratifier.names(), "ragwatch running");
+    tracing::info!(source = ?config.source.kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
-    let result = match config.source.kind {
-        SourceKind::Kafka => source::run_kafka_source(
-            &config.kafka,
-            &env,
-            &mut pipeline,
-            Arc::clone(&shared.metrics),
-            ack_rx,
-            budget,
-            &stop,
-        )
-        .await
-        .map(|_| ()),
-        SourceKind::File | SourceKind::Stdin => {
-            let lines = source::run_file_source(
-                &config.source,
-                config.decode.max_message_bytes,
-                &mut pipeline,
+    // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
+    let result = match (config.source.kind, config.decode.format.is_otlp()) {
+        (SourceKind::Otlp, _) => {
+            let mut spans = SpanIngest::new(&config, pipeline);
+            source::run_otlp_source(
+                &config.otlp,
+                config.assembly.max_spans_per_message,
+                &mut spans,
+                Arc::clone(&shared.metrics),
                 &stop,
             )
-            .await;
-            if let Ok(n) = &lines {
-                tracing::info!(lines = n, "input ended; serving metrics until stopped");
-            }
-            pipeline.close_queue();
-            stop.cancelled().await;
-            lines.map(|_| ())
+            .await
+            .map(|_| ())
+        }
+        (_, true) => {
+            let mut spans = SpanIngest::new(&config, pipeline);
+            feed(&config, &env, &mut spans, &shared, ack_rx, budget, &stop).await
+        }
+        (_, false) => {
+            let mut pipeline = pipeline;
+            feed(&config, &env, &mut pipeline, &shared, ack_rx, budget, &stop).await
         }
     };
     ready.store(false, Ordering::Relaxed);
-    drop(pipeline);
     // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
     let mut failed: Option<RunError> = None;
     let mut check = |task: &'static str, joined: Result<(), tokio::task::JoinError>| {
@@ -190,6 +187,40 @@ pub async fn run(
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)?;
     failed.map_or(Ok(()), Err)
+}
+
+/// Runs a Kafka, file or stdin source into `ingest` until it ends or `stop` fires.
+async fn feed<I: Ingest>(
+    config: &Config,
+    env: &HashMap<String, String>,
+    ingest: &mut I,
+    shared: &Shared,
+    ack_rx: mpsc::UnboundedReceiver<crate::pipeline::Position>,
+    budget: Option<Arc<crate::judge::llm::Budget>>,
+    stop: &CancellationToken,
+) -> Result<(), SourceError> {
+    match config.source.kind {
+        SourceKind::Kafka => source::run_kafka_source(
+            &config.kafka,
+            env,
+            ingest,
+            Arc::clone(&shared.metrics),
+            ack_rx,
+            budget,
+            stop,
+        )
+        .await
+        .map(|_| ()),
+        SourceKind::File | SourceKind::Stdin | SourceKind::Otlp => {
+            let lines = source::run_file_source(&config.source, &config.decode, ingest, stop).await;
+            if let Ok(n) = &lines {
+                tracing::info!(lines = n, "input ended; serving metrics until stopped");
+            }
+            ingest.close_queue();
+            stop.cancelled().await;
+            lines.map(|_| ())
+        }
+    }
 }
 
 /// Reads the canary traces; every one must decode and carry `label_faithful`.

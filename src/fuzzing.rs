@@ -32,7 +32,7 @@ fn checked() -> &'static Checked {
             max_message_bytes: 64 * 1024,
             max_contexts: 8,
             max_field_bytes: 4096,
-            mapping: None,
+            ..DecodeConfig::default()
         };
         let mapped = DecodeConfig {
             mapping: openinference.decode.mapping.clone(),

@@ -3,8 +3,9 @@
 //!
 //! # Data flow
 //! ```text
-//! Kafka topic / JSONL file
-//!   └─ source::{kafka, file}        consume; store an offset once its trace is accounted for
+//! Kafka topic / JSONL file / OTLP/HTTP
+//!   └─ source::{kafka, file, otlp}  consume; store an offset once its trace is accounted for
+//!       ├─ trace::otlp              OTLP spans → assembled Traces (source::SpanIngest joins offsets)
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`
 //!               └─ judge::OfflineJudge   every trace, inline, microseconds
@@ -19,14 +20,14 @@
 //! Dependencies point down only (`tests/layering.rs` fails on an upward `crate::` reference):
 //! ```text
 //! app, http, replay, gate, fuzzing     entry points and wiring
-//! source                               Kafka, file, stdin
+//! source                               Kafka, file, stdin, OTLP/HTTP; span ingest
 //! pipeline                             one message from bytes to the recorder; the judge pool
 //! recorder                             verdicts into metrics and windows; the evaluator
 //! events                               log-and-count call sites
 //! metrics                              every metric name, on one registry
 //! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
 //! eval                                 AUROC, agreement and retrieval figures
-//! trace                                the trace model and its decoder
+//! trace                                the trace model and its decoder; OTLP span assembly
 //! config                               TOML, overrides, validate()
 //! labels, clock                        metric/judge/stratum labels; the wall clock
 //! ```
@@ -38,7 +39,7 @@
 //! - [`clock`]: the wall clock, read in one place.
 //! - [`config`]: TOML config, `RAGWATCH__SECTION__KEY` overrides, `validate()`; drift rules keyed by
 //!   (metric, judge).
-//! - [`trace`]: the trace model and its decoder with limits and reject reasons.
+//! - [`trace`]: the trace model, its decoder with limits and reject reasons, OTLP span assembly.
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`sample`]: stratification and hash-based, redelivery-stable sampling with known probabilities.
 //! - [`judge`]: verdicts, the offline judge and its trained model, the LLM judge.
@@ -48,7 +49,8 @@
 //! - [`events`]: log-and-count call sites, rate-limited.
 //! - [`recorder`]: where verdicts become numbers; the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
-//! - [`source`]: Kafka consumer group and JSONL file/stdin sources; per-partition offset tracking.
+//! - [`source`]: Kafka consumer group, JSONL file/stdin and OTLP/HTTP sources; per-partition offset
+//!   tracking, through span assembly for OTLP.
 //! - [`http`]: the admin server.
 //! - [`app`]: `ragwatch run` wiring and the shutdown sequence.
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.

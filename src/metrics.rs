@@ -126,7 +126,33 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// Messages the source delivered, accounted or not yet.
     pub source_messages: IntCounter,
+    /// OTLP spans received.
+    pub spans_received: IntCounter,
+    /// OTLP spans not kept, by reason.
+    pub spans_dropped: IntCounterVec,
+    /// Traces waiting for more spans.
+    pub assembly_pending: IntGauge,
+    /// Traces that left span assembly, by trigger (root, idle, end, evicted).
+    pub traces_assembled: IntCounterVec,
+    /// Assembled traces deliberately not judged, by stratum and reason.
+    pub traces_unjudged: IntCounterVec,
+    /// OTLP/HTTP export requests, by outcome.
+    pub otlp_requests: IntCounterVec,
 }
+
+/// Outcomes of an OTLP/HTTP export request; label values of `ragwatch_otlp_requests_total`.
+pub const OTLP_OUTCOMES: [&str; 7] = [
+    "ok",
+    "partial",
+    "bad_request",
+    "too_large",
+    "unsupported",
+    "throttled",
+    "unavailable",
+];
+
+/// Why an assembled trace is not judged; label values of `ragwatch_traces_unjudged_total`.
+pub const UNJUDGED_REASONS: [&str; 2] = ["no_retrieval", "no_context_text"];
 
 /// Registers one unlabelled metric.
 fn single<M: prometheus::core::Collector + Clone + 'static>(
@@ -466,6 +492,41 @@ impl Metrics {
                     "Messages delivered by the source.",
                 ),
             ),
+            spans_received: single(
+                &r,
+                IntCounter::new("ragwatch_spans_received_total", "OTLP spans received."),
+            ),
+            spans_dropped: counter(
+                &r,
+                "ragwatch_spans_dropped_total",
+                "OTLP spans not kept, by reason (invalid_id, late: its trace was already complete, too_many_spans).",
+                &["reason"],
+            ),
+            assembly_pending: single(
+                &r,
+                IntGauge::new(
+                    "ragwatch_assembly_pending_traces",
+                    "Traces waiting for more spans before they are judged.",
+                ),
+            ),
+            traces_assembled: counter(
+                &r,
+                "ragwatch_traces_assembled_total",
+                "Traces that left span assembly, by trigger (root: root span arrived; idle: timed out; end: input ended; evicted: dropped to stay within bounds).",
+                &["trigger"],
+            ),
+            traces_unjudged: counter(
+                &r,
+                "ragwatch_traces_unjudged_total",
+                "Assembled traces not judged, by stratum and reason (no_retrieval: no retrieval span; no_context_text: documents without text).",
+                &["stratum", "reason"],
+            ),
+            otlp_requests: counter(
+                &r,
+                "ragwatch_otlp_requests_total",
+                "OTLP/HTTP export requests, by outcome.",
+                &["outcome"],
+            ),
             registry: r,
         };
         m.build_info
@@ -481,11 +542,23 @@ impl Metrics {
         for reason in RejectReason::ALL {
             m.traces_rejected.with_label_values(&[reason.as_str()]);
         }
+        for reason in crate::trace::otlp::SpanDrop::ALL {
+            m.spans_dropped.with_label_values(&[reason.as_str()]);
+        }
+        for trigger in crate::trace::otlp::Trigger::ALL {
+            m.traces_assembled.with_label_values(&[trigger.as_str()]);
+        }
+        for outcome in OTLP_OUTCOMES {
+            m.otlp_requests.with_label_values(&[outcome]);
+        }
         for s in strata {
             let s = s.as_str();
             m.traces_received.with_label_values(&[s]);
             m.contexts_retrieved.with_label_values(&[s]);
             m.traces_sampled.with_label_values(&[s]);
+            for reason in UNJUDGED_REASONS {
+                m.traces_unjudged.with_label_values(&[s, reason]);
+            }
             for reason in SkipReason::ALL {
                 m.traces_skipped.with_label_values(&[s, reason.as_str()]);
             }

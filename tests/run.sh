@@ -31,6 +31,14 @@ if ! python3 -c "import moto.server, flask" 2>/dev/null; then
   echo "installing moto[server] (PyPI)"
   python3 -m pip install -q "moto[server]"
 fi
+# The OTLP tests' instrumented RAG service: the OpenTelemetry SDK and OTLP/HTTP exporter, the
+# OpenInference and OpenLLMetry instrumentors around the openai client, the GenAI helpers.
+if ! python3 -c "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, openinference.instrumentation.openai, openinference.semconv, opentelemetry.instrumentation.openai, opentelemetry.util.genai.handler, openai" 2>/dev/null; then
+  echo "installing the OpenTelemetry SDK, exporter and instrumentors (PyPI)"
+  python3 -m pip install -q opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
+    openinference-instrumentation-openai openinference-semantic-conventions \
+    opentelemetry-instrumentation-openai opentelemetry-util-genai openai
+fi
 # kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
 command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
 
@@ -48,7 +56,7 @@ tests/lint.sh
 cargo test --release --all-targets
 case "${1:-}" in
   --bench)
-    cargo bench --bench pipeline
+    cargo bench --bench pipeline --bench otlp
     ;;
   --fuzz)
     secs="${2:-300}"

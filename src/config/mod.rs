@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod drift;
+mod otlp;
 
 pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
+pub use otlp::{AssemblyConfig, OtlpConfig, Preset, TraceFormat};
 
 /// Why a configuration could not be loaded. Each variant names the offending field or file.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +97,12 @@ pub struct Config {
     /// Human labels joined to recent traces (`POST /v1/labels` on the admin server).
     #[serde(default)]
     pub labels: LabelsConfig,
+    /// Span assembly, for the OTLP formats.
+    #[serde(default)]
+    pub assembly: AssemblyConfig,
+    /// The OTLP/HTTP receiver, used when `source.kind = "otlp"`.
+    #[serde(default)]
+    pub otlp: OtlpConfig,
 }
 
 /// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
@@ -145,6 +153,8 @@ pub enum SourceKind {
     Stdin,
     /// A Kafka topic, read as a consumer group.
     Kafka,
+    /// OTLP/HTTP requests pushed to `[otlp] listen`.
+    Otlp,
 }
 
 /// Where traces come from.
@@ -209,6 +219,12 @@ pub struct DecodeConfig {
     /// JSON pointers for non-native shapes. Absent: the native schema.
     #[serde(default)]
     pub mapping: Option<MappingConfig>,
+    /// `native`, `otlp_proto` or `otlp_json`.
+    #[serde(default = "otlp::default_format")]
+    pub format: TraceFormat,
+    /// The span conventions OTLP traces follow: `openinference`, `openllmetry` or `gen_ai`.
+    #[serde(default = "otlp::default_preset")]
+    pub preset: Preset,
 }
 
 /// JSON pointers (RFC 6901) locating each trace field in a foreign message shape. In `contexts`,
@@ -775,6 +791,7 @@ impl Config {
             "labels.llm_faithful_threshold",
             self.labels.llm_faithful_threshold,
         );
+        self.validate_otlp(&mut p);
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }

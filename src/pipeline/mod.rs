@@ -142,8 +142,7 @@ impl Pipeline {
 
     /// [`Pipeline::ingest`] at a given wall-clock time (simulations drive the clock).
     pub fn ingest_at(&mut self, bytes: &[u8], position: Option<Position>, now: u64) -> Disposition {
-        let m = Arc::clone(&self.shared.metrics);
-        m.source_messages.inc();
+        self.shared.metrics.source_messages.inc();
         let Evaluation {
             trace,
             stratum,
@@ -156,11 +155,42 @@ impl Pipeline {
                 let at = position
                     .map(|p| format!("{}/{}", p.partition, p.offset))
                     .unwrap_or_default();
-                events::trace_rejected(&m, &e, &at);
+                events::trace_rejected(&self.shared.metrics, &e, &at);
                 return Disposition::Done;
             }
         };
         let verdict = verdict.expect("a decoded trace has an offline verdict");
+        self.judge_and_sample(trace, stratum, verdict, position, now)
+    }
+
+    /// Takes in one trace already built (assembled from OTLP spans): stratify, offline judge,
+    /// record, sample. Never blocks.
+    pub fn ingest_trace_at(
+        &mut self,
+        trace: Trace,
+        position: Option<Position>,
+        now: u64,
+    ) -> Disposition {
+        let stratum = self.shared.stratifier.assign(&trace);
+        let verdict = self.offline.judge(&trace);
+        self.judge_and_sample(trace, stratum, verdict, position, now)
+    }
+
+    /// What the pipeline writes to.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    #[inline]
+    fn judge_and_sample(
+        &mut self,
+        trace: Trace,
+        stratum: StratumId,
+        verdict: Verdict,
+        position: Option<Position>,
+        now: u64,
+    ) -> Disposition {
+        let m = Arc::clone(&self.shared.metrics);
         // The label is borrowed from a clone of the Arc: no String per trace on the hot path.
         let stratifier = Arc::clone(&self.shared.stratifier);
         let s = stratifier.name(stratum);

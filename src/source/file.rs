@@ -1,15 +1,16 @@
 //! The file and stdin source: JSONL, one trace per line, optionally paced and looped. Used by the
-//! bundled demo (`ragwatch run` with the default config) and by `replay`.
+//! bundled demo (`ragwatch run` with the default config) and by `replay`. With `decode.format =
+//! "otlp_json"` each line is an OTLP JSON request (the Collector's file exporter); with
+//! `"otlp_proto"` each message is a big-endian u32 length and that many bytes of protobuf.
 
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncSeekExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncSeekExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use super::SourceError;
-use crate::config::{SourceConfig, SourceKind};
-use crate::pipeline::Pipeline;
+use super::{Ingest, SourceError};
+use crate::config::{DecodeConfig, SourceConfig, SourceKind, TraceFormat};
 
 /// Reads one line into `buf` (without the newline), keeping at most `max` bytes; the rest of an
 /// over-long line is read and dropped so memory stays bounded. Returns `None` at end of input,
@@ -44,18 +45,54 @@ pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     }
 }
 
+/// Reads one length-prefixed message (a big-endian u32, then that many bytes) into `buf`, keeping
+/// at most `max` bytes and discarding the rest. Returns `None` at a clean end of input, else the
+/// message's full length; a message cut short by the end of input is returned as far as it goes.
+pub async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<usize>> {
+    buf.clear();
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = reader.read(&mut header[got..]).await?;
+        if n == 0 {
+            return Ok(if got == 0 { None } else { Some(0) });
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(header) as usize;
+    let mut left = len;
+    while left > 0 {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            break;
+        }
+        let n = chunk.len().min(left);
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        reader.consume(n);
+        left -= n;
+    }
+    Ok(Some(len))
+}
+
 fn memchr(s: &[u8]) -> Option<usize> {
     s.iter().position(|&b| b == b'\n')
 }
 
 /// Runs the file or stdin source until the input ends (unless looping) or `stop` is cancelled.
-/// Returns the number of lines read.
-pub async fn run_file_source(
+/// Returns the number of messages read.
+pub async fn run_file_source<I: Ingest>(
     config: &SourceConfig,
-    max_message_bytes: usize,
-    pipeline: &mut Pipeline,
+    decode: &DecodeConfig,
+    pipeline: &mut I,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
+    let framed = decode.format == TraceFormat::OtlpProto;
+    let max_message_bytes = decode.max_message_bytes;
     let period =
         (config.rate_per_sec > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate_per_sec));
     let mut next = tokio::time::Instant::now();
@@ -66,7 +103,7 @@ pub async fn run_file_source(
     match config.kind {
         SourceKind::Stdin => {
             let mut reader = BufReader::new(tokio::io::stdin());
-            read_all(
+            let ended = read_all(
                 &mut reader,
                 &mut buf,
                 keep,
@@ -75,8 +112,12 @@ pub async fn run_file_source(
                 pipeline,
                 stop,
                 &mut lines,
+                framed,
             )
             .await?;
+            if ended {
+                pipeline.end_of_input();
+            }
         }
         _ => {
             let file = open(&config.path).await?;
@@ -92,8 +133,13 @@ pub async fn run_file_source(
                     pipeline,
                     stop,
                     &mut lines,
+                    framed,
                 )
                 .await?;
+                if ended {
+                    // Whatever waits for more spans gets none: complete it.
+                    pipeline.end_of_input();
+                }
                 if !ended || !config.loop_file || lines == before {
                     break;
                 }
@@ -115,16 +161,18 @@ async fn open(path: &Path) -> Result<tokio::fs::File, SourceError> {
 
 /// Reads to the end; returns true at end of input, false when stopped.
 #[allow(clippy::too_many_arguments)]
-async fn read_all<R: AsyncBufRead + Unpin>(
+async fn read_all<R: AsyncBufRead + Unpin, I: Ingest>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     keep: usize,
     period: Option<Duration>,
     next: &mut tokio::time::Instant,
-    pipeline: &mut Pipeline,
+    pipeline: &mut I,
     stop: &CancellationToken,
     lines: &mut u64,
+    framed: bool,
 ) -> Result<bool, SourceError> {
+    let mut released = Vec::new();
     loop {
         if stop.is_cancelled() {
             return Ok(false);
@@ -136,14 +184,20 @@ async fn read_all<R: AsyncBufRead + Unpin>(
                 _ = tokio::time::sleep_until(*next) => {}
             }
         }
-        match read_line_bounded(reader, buf, keep).await {
+        let read = if framed {
+            read_frame_bounded(reader, buf, keep).await
+        } else {
+            read_line_bounded(reader, buf, keep).await
+        };
+        match read {
             Ok(None) => return Ok(true),
             Ok(Some(_)) => {
-                if buf.iter().all(u8::is_ascii_whitespace) {
+                if !framed && buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
                 *lines += 1;
-                pipeline.ingest(buf, None);
+                pipeline.message(buf, None, &mut released);
+                released.clear();
             }
             Err(e) => return Err(SourceError::Io("input".into(), e)),
         }

@@ -10,6 +10,12 @@
 //!
 //! The callbacks run synchronously inside `recv()`, so they only count, commit, and hand events over a
 //! channel to the loop.
+//!
+//! With OTLP formats a message holds spans of several traces and a trace's spans may sit in several
+//! messages ([`super::SpanIngest`]): a message counts as accounted for only when every trace with
+//! spans in it is, so its offset waits for the last of them (their root span, their idle timeout,
+//! or the sampled judge). Spans of one trace on different partitions join only within one
+//! consumer: keep a trace on one partition (the Collector's `partition_traces_by_id`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,13 +32,13 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::SourceError;
 use super::offsets::OffsetTracker;
+use super::{Ingest, SourceError};
 use crate::config::KafkaConfig;
 use crate::events::LogLimiter;
 use crate::judge::llm::Budget;
 use crate::metrics::Metrics;
-use crate::pipeline::{Disposition, Pipeline, Position};
+use crate::pipeline::{Disposition, Position};
 
 static ERROR_LOG: LogLimiter = LogLimiter::new();
 
@@ -198,10 +204,10 @@ pub fn client_config(config: &KafkaConfig, env: &HashMap<String, String>) -> Cli
 
 /// Runs the consumer until `stop`; then stops consuming, waits for the sampled judge's acks (the
 /// caller bounds that by cancelling the judge pool at the grace deadline), stores and commits.
-pub async fn run_kafka_source(
+pub async fn run_kafka_source<I: Ingest>(
     config: &KafkaConfig,
     env: &HashMap<String, String>,
-    pipeline: &mut Pipeline,
+    pipeline: &mut I,
     metrics: Arc<Metrics>,
     mut ack_rx: mpsc::UnboundedReceiver<Position>,
     budget: Option<Arc<Budget>>,
@@ -234,35 +240,62 @@ pub async fn run_kafka_source(
     let mut received = 0u64;
     let mut last_message = std::time::Instant::now();
     let mut idle_tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    // Span assembly's idle timeouts are checked this often (a no-op for native traces).
+    let mut assembly_tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    assembly_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut released: Vec<Position> = Vec::new();
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
             Some(change) = assignment_rx.recv() => match change {
                 Assignment::Revoked(list) => {
-                    for (t, p) in list { tracker.forget(topic_index(&t), p); }
+                    for (t, p) in list {
+                        tracker.forget(topic_index(&t), p);
+                        pipeline.forget(topic_index(&t), p);
+                    }
                 }
                 // A fresh assignment starts from the committed offset: no state carries over.
                 Assignment::Assigned(list) => {
-                    for (t, p) in list { tracker.forget(topic_index(&t), p); }
+                    for (t, p) in list {
+                        tracker.forget(topic_index(&t), p);
+                        pipeline.forget(topic_index(&t), p);
+                    }
                 }
             },
-            Some(pos) = ack_rx.recv() => {
-                if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-                    store(pos.topic, pos.partition, upto);
+            Some(token) = ack_rx.recv() => {
+                pipeline.ack(token, &mut released);
+                for pos in released.drain(..) {
+                    if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
+                        store(pos.topic, pos.partition, upto);
+                    }
                 }
             }
             _ = idle_tick.tick() => {
                 metrics.source_idle_seconds.set(last_message.elapsed().as_secs_f64());
+            }
+            _ = assembly_tick.tick() => {
+                pipeline.tick(&mut released);
+                for pos in released.drain(..) {
+                    if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
+                        store(pos.topic, pos.partition, upto);
+                    }
+                }
             }
             msg = consumer.recv() => match msg {
                 Ok(m) => {
                     received += 1;
                     last_message = std::time::Instant::now();
                     let pos = Position { topic: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
-                    let done = pipeline.ingest(m.payload().unwrap_or_default(), Some(pos)) == Disposition::Done;
+                    let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut released) == Disposition::Done;
                     if let Some(upto) = tracker.received(pos.topic, pos.partition, pos.offset, done) {
                         store(pos.topic, pos.partition, upto);
+                    }
+                    // Traces completed by this message may account for earlier ones.
+                    for pos in released.drain(..) {
+                        if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
+                            store(pos.topic, pos.partition, upto);
+                        }
                     }
                 }
                 Err(e) => {
@@ -277,9 +310,12 @@ pub async fn run_kafka_source(
     // Stop consuming: close the judge queue, then take acks until the pool is done or abandoned.
     pipeline.close_queue();
     tracing::info!(pending = tracker.pending(), "draining sampled judge work");
-    while let Some(pos) = ack_rx.recv().await {
-        if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-            store(pos.topic, pos.partition, upto);
+    while let Some(token) = ack_rx.recv().await {
+        pipeline.ack(token, &mut released);
+        for pos in released.drain(..) {
+            if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
+                store(pos.topic, pos.partition, upto);
+            }
         }
     }
     match consumer.commit_consumer_state(CommitMode::Sync) {

@@ -1,13 +1,23 @@
 //! Sources: where traces come from. Kafka (a consumer group) in production; a JSONL file or stdin
-//! for the demo and for replays.
+//! for the demo and for replays; OTLP/HTTP requests pushed by a service or a Collector.
+//!
+//! A source feeds an [`Ingest`]: the [`Pipeline`] itself for native traces (one message, one
+//! trace), or a [`SpanIngest`] for OTLP formats (one message, many spans of many traces, a trace's
+//! spans across messages), which tells the source which messages are accounted for and when.
 
 mod file;
 mod kafka;
 mod offsets;
+mod otlp;
+mod spans;
 
-pub use file::{read_line_bounded, run_file_source};
+pub use file::{read_frame_bounded, read_line_bounded, run_file_source};
 pub use kafka::{client_config, run_kafka_source};
 pub use offsets::OffsetTracker;
+pub use otlp::run_otlp_source;
+pub use spans::SpanIngest;
+
+use crate::pipeline::{Disposition, Pipeline, Position};
 
 /// A source that cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -18,4 +28,55 @@ pub enum SourceError {
     /// The Kafka client could not be created or subscribed.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// The OTLP receiver could not listen.
+    #[error("otlp receiver: cannot listen on {0}: {1}")]
+    Listen(String, #[source] std::io::Error),
+}
+
+/// What a source feeds, one message at a time. Positions a call accounts for, other than the
+/// message it was given, go to `released`, in any order; the source stores them.
+pub trait Ingest {
+    /// Takes one message; `Done` when it is accounted for already.
+    fn message(
+        &mut self,
+        bytes: &[u8],
+        position: Option<Position>,
+        released: &mut Vec<Position>,
+    ) -> Disposition;
+    /// The sampled judge finished the job it was handed with `token`.
+    fn ack(&mut self, token: Position, released: &mut Vec<Position>);
+    /// Time passed (traces idle too long complete).
+    fn tick(&mut self, released: &mut Vec<Position>);
+    /// A partition was revoked or assigned anew: whatever was pending there will be redelivered.
+    fn forget(&mut self, topic: usize, partition: i32);
+    /// The input ended: nothing more will come.
+    fn end_of_input(&mut self);
+    /// Closes the sampled judge's queue.
+    fn close_queue(&mut self);
+}
+
+impl Ingest for Pipeline {
+    #[inline]
+    fn message(
+        &mut self,
+        bytes: &[u8],
+        position: Option<Position>,
+        _released: &mut Vec<Position>,
+    ) -> Disposition {
+        self.ingest(bytes, position)
+    }
+
+    fn ack(&mut self, token: Position, released: &mut Vec<Position>) {
+        released.push(token);
+    }
+
+    fn tick(&mut self, _released: &mut Vec<Position>) {}
+
+    fn forget(&mut self, _topic: usize, _partition: i32) {}
+
+    fn end_of_input(&mut self) {}
+
+    fn close_queue(&mut self) {
+        Pipeline::close_queue(self);
+    }
 }

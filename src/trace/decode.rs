@@ -1,4 +1,6 @@
 //! Decoding: bytes to [`Trace`], for the native schema or a JSON-pointer mapping of another shape.
+//! The OTLP formats (`decode.format`) carry spans rather than traces: [`super::otlp`] decodes and
+//! assembles those, and checks the traces it builds with [`Decoder::check`].
 //!
 //! Every way a message can be wrong maps to one [`RejectReason`], a small closed set used as the
 //! `reason` label of `ragwatch_traces_rejected_total`; the human-readable detail goes to the log only.
@@ -36,11 +38,21 @@ pub enum RejectReason {
     FieldTooLong,
     /// `trace_id` or `query` is empty.
     EmptyField,
+    /// Not a valid protobuf `ExportTraceServiceRequest`.
+    InvalidProtobuf,
+    /// More spans than `assembly.max_spans_per_message` in a message, or than
+    /// `assembly.max_spans_per_trace` in a trace.
+    TooManySpans,
+    /// A trace whose spans' parent ids form a cycle.
+    SpanCycle,
+    /// A trace dropped unfinished because assembly held `assembly.max_pending_traces` traces or
+    /// `assembly.max_pending_bytes` bytes.
+    AssemblyFull,
 }
 
 impl RejectReason {
     /// Every reason, for pre-registering metric series.
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 15] = [
         RejectReason::Empty,
         RejectReason::TooLarge,
         RejectReason::NotUtf8,
@@ -52,6 +64,10 @@ impl RejectReason {
         RejectReason::TooManyContexts,
         RejectReason::FieldTooLong,
         RejectReason::EmptyField,
+        RejectReason::InvalidProtobuf,
+        RejectReason::TooManySpans,
+        RejectReason::SpanCycle,
+        RejectReason::AssemblyFull,
     ];
 
     /// The metric label value.
@@ -68,6 +84,10 @@ impl RejectReason {
             RejectReason::TooManyContexts => "too_many_contexts",
             RejectReason::FieldTooLong => "field_too_long",
             RejectReason::EmptyField => "empty_field",
+            RejectReason::InvalidProtobuf => "invalid_protobuf",
+            RejectReason::TooManySpans => "too_many_spans",
+            RejectReason::SpanCycle => "span_cycle",
+            RejectReason::AssemblyFull => "assembly_full",
         }
     }
 }
@@ -83,7 +103,8 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
-    fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
+    /// A rejection with its reason and detail.
+    pub fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
         Self {
             reason,
             detail: detail.into(),
@@ -144,6 +165,11 @@ impl Decoder {
         }
     }
 
+    /// The limits and format this decoder applies.
+    pub fn limits(&self) -> &DecodeConfig {
+        &self.limits
+    }
+
     /// Decodes one message.
     pub fn decode(&self, bytes: &[u8]) -> Result<Trace, DecodeError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -161,7 +187,7 @@ impl Decoder {
             None => self.decode_native(text)?,
             Some(mapping) => self.decode_mapped(text, mapping)?,
         };
-        self.check_limits(&trace)?;
+        self.check(&trace)?;
         Ok(trace)
     }
 
@@ -269,7 +295,9 @@ impl Decoder {
         })
     }
 
-    fn check_limits(&self, t: &Trace) -> Result<(), DecodeError> {
+    /// Checks a trace against the limits (non-empty id and question, context count, field lengths);
+    /// OTLP traces assembled from spans pass the same checks as decoded ones.
+    pub fn check(&self, t: &Trace) -> Result<(), DecodeError> {
         if t.trace_id.trim().is_empty() || t.query.trim().is_empty() {
             return Err(DecodeError::new(
                 RejectReason::EmptyField,
@@ -355,6 +383,11 @@ fn timestamp_ms(v: &Value) -> Option<i64> {
             .and_then(|d| i64::try_from(d.as_millis()).ok()),
         _ => None,
     }
+}
+
+/// The reject reason of a JSON parse error (OTLP JSON is read with the same classes).
+pub(crate) fn classify_json(e: serde_json::Error) -> DecodeError {
+    classify(e)
 }
 
 fn classify(e: serde_json::Error) -> DecodeError {
@@ -458,7 +491,7 @@ mod tests {
             max_message_bytes: 300,
             max_contexts: 2,
             max_field_bytes: 20,
-            mapping: None,
+            ..DecodeConfig::default()
         });
         let big = format!(
             r#"{{"trace_id":"t","query":"q","contexts":[],"answer":"{}"}}"#,

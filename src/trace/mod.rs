@@ -1,7 +1,8 @@
 //! The trace: one RAG request (question, retrieved contexts, answer, metadata) as ragwatch sees it,
-//! and the decoder that turns raw message bytes into one.
+//! and the decoder that turns raw message bytes into one ([`otlp`]: spans assembled into one).
 
 mod decode;
+pub mod otlp;
 
 pub use decode::{DecodeError, Decoder, RejectReason};
 

@@ -1,0 +1,405 @@
+//! The OTLP/HTTP receiver (`source.kind = "otlp"`): `POST /v1/traces` with a protobuf
+//! (`application/x-protobuf`) or JSON (`application/json`) `ExportTraceServiceRequest`, gzip or
+//! not, as OTLP/HTTP specifies. A service's OTLP exporter or a Collector's `otlphttp` exporter can
+//! push to it.
+//!
+//! Handlers decode (body bounded by `otlp.max_body_bytes`, before and after gzip) and hand the
+//! request over a bounded queue to the one task that owns span assembly, which answers with what
+//! became of the spans. Answers:
+//! - 200: the request was decoded and its spans taken into span assembly. `partialSuccess` counts
+//!   the spans not kept (invalid ids, a trace already complete, a trace over its span limit). It is
+//!   not a verdict, and not durable: the traces are judged once complete, and a process that stops
+//!   first loses them (for at-least-once delivery, export to Kafka instead);
+//! - 400 undecodable, 413 too large, 415 unsupported content type or encoding;
+//! - 429 with Retry-After when the queue is full, 503 with Retry-After while shutting down: the
+//!   exporter retries, as OTLP/HTTP exporters do for these codes.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{Ingest, SourceError, SpanIngest};
+use crate::clock::now_ms;
+use crate::config::{OtlpConfig, TraceFormat};
+use crate::metrics::Metrics;
+use crate::trace::otlp::{AddStats, decode_request};
+
+/// A decoded request on its way to span assembly, and where to say what became of it.
+struct Job {
+    request: ExportTraceServiceRequest,
+    reply: oneshot::Sender<AddStats>,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Receiver {
+    jobs_tx: mpsc::Sender<Job>,
+    metrics: Arc<Metrics>,
+    max_body_bytes: usize,
+    max_spans: usize,
+    retry_after: HeaderValue,
+}
+
+/// `google.rpc.Status`, the body of an OTLP/HTTP error answer.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Status {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// Runs the receiver until `stop`: binds `config.listen` (writing the bound address to
+/// `config.port_file`), then feeds requests to `ingest` one at a time. Returns the number of
+/// requests taken.
+pub async fn run_otlp_source(
+    config: &OtlpConfig,
+    max_spans_per_message: usize,
+    ingest: &mut SpanIngest,
+    metrics: Arc<Metrics>,
+    stop: &CancellationToken,
+) -> Result<u64, SourceError> {
+    let listen_error = |e| SourceError::Listen(config.listen.clone(), e);
+    let std_listener = std::net::TcpListener::bind(&config.listen).map_err(listen_error)?;
+    std_listener.set_nonblocking(true).map_err(listen_error)?;
+    let addr = std_listener.local_addr().map_err(listen_error)?;
+    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(listen_error)?;
+    if let Some(path) = &config.port_file
+        && let Err(e) = std::fs::write(path, addr.to_string())
+    {
+        tracing::warn!(error = %e, path = %path.display(), "cannot write otlp port file");
+    }
+    let (jobs_tx, mut jobs_rx) = mpsc::channel(config.queue_capacity);
+    let state = Receiver {
+        jobs_tx,
+        metrics,
+        max_body_bytes: config.max_body_bytes,
+        max_spans: max_spans_per_message,
+        retry_after: HeaderValue::from(config.retry_after_secs),
+    };
+    let app = Router::new()
+        .route("/v1/traces", post(export))
+        .with_state(state);
+    let server_stop = CancellationToken::new();
+    let server = {
+        let server_stop = server_stop.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_stop.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "otlp receiver failed");
+            }
+        })
+    };
+    tracing::info!(%addr, "otlp receiver listening on /v1/traces");
+
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut released = Vec::new();
+    let mut taken = 0u64;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            Some(job) = jobs_rx.recv() => {
+                let (_, stats) = ingest.request(job.request, None, now_ms(), &mut released);
+                // The handler may have gone (client disconnected): the spans are taken all the same.
+                let _ = job.reply.send(stats);
+                taken += 1;
+            }
+            _ = tick.tick() => ingest.tick(&mut released),
+        }
+    }
+    // Queued requests are not taken: their handlers answer 503 and the exporters retry elsewhere.
+    jobs_rx.close();
+    drop(jobs_rx);
+    server_stop.cancel();
+    let _ = server.await;
+    ingest.close_queue();
+    tracing::info!(
+        requests = taken,
+        pending_traces = ingest.pending_traces(),
+        "otlp receiver stopped"
+    );
+    Ok(taken)
+}
+
+async fn export(State(r): State<Receiver>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let outcome = |o: &str| r.metrics.otlp_requests.with_label_values(&[o]).inc();
+    let Some(format) = content_format(&parts.headers) else {
+        outcome("unsupported");
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            TraceFormat::OtlpJson,
+            "Content-Type must be application/x-protobuf or application/json",
+        );
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > r.max_body_bytes) {
+        outcome("too_large");
+        return too_large(format, r.max_body_bytes);
+    }
+    let raw = match axum::body::to_bytes(Body::new(body), r.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => {
+            outcome("too_large");
+            return too_large(format, r.max_body_bytes);
+        }
+    };
+    let encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or("identity");
+    let bytes = match encoding {
+        "" | "identity" => raw.to_vec(),
+        "gzip" => match gunzip(&raw, r.max_body_bytes) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                outcome("too_large");
+                return too_large(format, r.max_body_bytes);
+            }
+            Err(e) => {
+                outcome("bad_request");
+                return error(StatusCode::BAD_REQUEST, format, &format!("gzip: {e}"));
+            }
+        },
+        other => {
+            outcome("unsupported");
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format,
+                &format!("Content-Encoding {other} is not supported (gzip is)"),
+            );
+        }
+    };
+    let request = if bytes.trim_ascii().is_empty() {
+        ExportTraceServiceRequest::default()
+    } else {
+        match decode_request(&bytes, format, r.max_body_bytes, r.max_spans) {
+            Ok(req) => req,
+            Err(e) => {
+                crate::events::trace_rejected(&r.metrics, &e, "otlp/http");
+                outcome("bad_request");
+                return error(StatusCode::BAD_REQUEST, format, &e.to_string());
+            }
+        }
+    };
+    let (reply, answer) = oneshot::channel();
+    match r.jobs_tx.try_send(Job { request, reply }) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            outcome("throttled");
+            return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            outcome("unavailable");
+            return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
+        }
+    }
+    let Ok(stats) = answer.await else {
+        outcome("unavailable");
+        return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
+    };
+    let rejected = stats.dropped_total();
+    let partial_success = (rejected > 0).then(|| {
+        outcome("partial");
+        let [invalid, late, too_many] = stats.dropped;
+        ExportTracePartialSuccess {
+            rejected_spans: rejected as i64,
+            error_message: format!(
+                "{rejected} of {} spans not kept: {invalid} with invalid ids, {late} of traces \
+                 already complete, {too_many} over their trace's span limit",
+                stats.spans
+            ),
+        }
+    });
+    if partial_success.is_none() {
+        outcome("ok");
+    }
+    let body = ExportTraceServiceResponse { partial_success };
+    match format {
+        TraceFormat::OtlpJson => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec()),
+        )
+            .into_response(),
+        _ => (
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            body.encode_to_vec(),
+        )
+            .into_response(),
+    }
+}
+
+fn content_format(headers: &HeaderMap) -> Option<TraceFormat> {
+    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let mime = ct.split(';').next()?.trim().to_ascii_lowercase();
+    match mime.as_str() {
+        "application/x-protobuf" | "application/protobuf" => Some(TraceFormat::OtlpProto),
+        "application/json" => Some(TraceFormat::OtlpJson),
+        _ => None,
+    }
+}
+
+/// Decompresses at most `max` bytes; `None` when there are more.
+fn gunzip(raw: &[u8], max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(raw)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok((out.len() <= max).then_some(out))
+}
+
+fn too_large(format: TraceFormat, max: usize) -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format,
+        &format!("body over otlp.max_body_bytes ({max} bytes)"),
+    )
+}
+
+fn retry_later(code: StatusCode, format: TraceFormat, retry_after: &HeaderValue) -> Response {
+    let mut r = error(
+        code,
+        format,
+        "ragwatch cannot take this request now; retry later",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, retry_after.clone());
+    r
+}
+
+/// An error answer: a `google.rpc.Status` in the request's own encoding.
+fn error(code: StatusCode, format: TraceFormat, message: &str) -> Response {
+    // gRPC codes: INVALID_ARGUMENT 3, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
+    let grpc = match code {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::SERVICE_UNAVAILABLE => 14,
+        _ => 3,
+    };
+    let status = Status {
+        code: grpc,
+        message: message.to_owned(),
+    };
+    match format {
+        TraceFormat::OtlpJson => (
+            code,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::json!({"code": grpc, "message": message}).to_string(),
+        )
+            .into_response(),
+        _ => (
+            code,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            status.encode_to_vec(),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receiver(jobs_tx: mpsc::Sender<Job>) -> Receiver {
+        Receiver {
+            jobs_tx,
+            metrics: Arc::new(Metrics::new(&[], "test")),
+            max_body_bytes: 1000,
+            max_spans: 10,
+            retry_after: HeaderValue::from(7u64),
+        }
+    }
+
+    fn post(body: &[u8]) -> Request {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/traces")
+            .header(header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Body::from(body.to_vec()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn full_queue_is_429_and_closed_queue_503_both_with_retry_after() {
+        let (tx, rx) = mpsc::channel(1);
+        let r = receiver(tx.clone());
+        let (reply, _answer) = oneshot::channel();
+        tx.try_send(Job {
+            request: ExportTraceServiceRequest::default(),
+            reply,
+        })
+        .unwrap();
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        drop(rx);
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        let m = &r.metrics;
+        assert_eq!(m.otlp_requests.with_label_values(&["throttled"]).get(), 1);
+        assert_eq!(m.otlp_requests.with_label_values(&["unavailable"]).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_reports_the_spans_not_kept() {
+        let (tx, mut rx) = mpsc::channel::<Job>(1);
+        let r = receiver(tx);
+        tokio::spawn(async move {
+            let job = rx.recv().await.unwrap();
+            let _ = job.reply.send(AddStats {
+                spans: 3,
+                dropped: [1, 1, 0],
+                attached: 1,
+            });
+        });
+        let resp = export(State(r), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let answer = ExportTraceServiceResponse::decode(body).unwrap();
+        let partial = answer.partial_success.unwrap();
+        assert_eq!(partial.rejected_spans, 2);
+        assert!(partial.error_message.contains("1 with invalid ids"));
+    }
+
+    #[tokio::test]
+    async fn oversized_and_gzip_bombs_are_413() {
+        let (tx, _rx) = mpsc::channel(1);
+        let r = receiver(tx);
+        let resp = export(State(r.clone()), post(&[0u8; 2000])).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &[0u8; 100_000]).unwrap();
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1000);
+        let mut req = post(&bomb);
+        req.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let resp = export(State(r), req).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+}
