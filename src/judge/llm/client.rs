@@ -36,8 +36,8 @@ pub enum LlmError {
     /// Another HTTP error status.
     #[error("http status {0}")]
     Http(u16),
-    /// The server refused the request's `response_format` (a 400 or 422 naming it): the
-    /// structured-output mode in use is not one it takes.
+    /// The server refused the request's `response_format` (a 400, 422 or, from llama-cpp-python,
+    /// 500 whose body names it): the structured-output mode in use is not one it takes.
     #[error("http status {status}: the server does not take response_format {mode:?}")]
     FormatRejected {
         /// The status.
@@ -208,6 +208,8 @@ pub struct ChatRequest<'a> {
     pub schema_name: &'a str,
     /// The JSON schema of the answer.
     pub schema: &'a Value,
+    /// The same with list lengths and non-empty strings, sent in `json_object_schema` mode.
+    pub grammar_schema: &'a Value,
     /// The answer's shape in words, for modes where the server does not see the schema.
     pub shape: &'a str,
     /// A previous reply that was not valid, and what was wrong with it: the re-ask shows both.
@@ -263,7 +265,8 @@ impl ChatRequest<'_> {
                     "name": self.schema_name, "strict": true, "schema": self.schema}});
             }
             StructuredOutput::JsonObjectSchema => {
-                body["response_format"] = json!({"type": "json_object", "schema": self.schema});
+                body["response_format"] =
+                    json!({"type": "json_object", "schema": self.grammar_schema});
             }
             StructuredOutput::JsonObject => {
                 body["response_format"] = json!({"type": "json_object"});
@@ -467,9 +470,10 @@ impl LlmClient {
                 .map(Duration::from_secs_f64);
             return Err(LlmError::RateLimited { retry_after });
         }
-        if matches!(status.as_u16(), 400 | 422) {
-            // OpenAI, Azure and vLLM say 400 with the parameter named; FastAPI servers
-            // (llama-cpp-python) say 422 with the field's path. Either names response_format.
+        if matches!(status.as_u16(), 400 | 422 | 500) {
+            // OpenAI, Azure and vLLM say 400 with the parameter named; FastAPI servers say 422
+            // with the field's path; llama-cpp-python 0.3 wraps that validation error in a 500.
+            // Each names response_format.
             let mut head = Vec::new();
             while head.len() < ERROR_BODY_BYTES {
                 match resp.chunk().await {
@@ -478,7 +482,11 @@ impl LlmClient {
                 }
             }
             let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-            if text.contains("response_format") {
+            // A 500 counts only as the validation error it wraps, not as any crash whose body
+            // happens to echo the request.
+            let names_format = text.contains("response_format")
+                && (status.as_u16() != 500 || text.contains("validation error"));
+            if names_format {
                 return Err(LlmError::FormatRejected {
                     status: status.as_u16(),
                     mode: StructuredOutput::Auto,
@@ -773,6 +781,7 @@ mod tests {
             user: "U",
             schema_name: "faithfulness",
             schema: &schema,
+            grammar_schema: &schema,
             shape: "{\"claims\": [...]}",
             repair: None,
             max_tokens: 10,

@@ -47,7 +47,7 @@ use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::metrics::Metrics;
 use crate::trace::Trace;
 use mode::{ModeState, Probe};
-use prompt::{ClaimsOutput, Prompt};
+use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
 
 /// How a call gets past the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,6 +321,7 @@ impl LlmJudge {
                 user: probe.user,
                 schema_name: "probe",
                 schema: &probe.schema,
+                grammar_schema: &probe.schema,
                 shape: probe.shape,
                 repair: None,
                 max_tokens: 16,
@@ -581,17 +582,15 @@ impl LlmJudge {
         log: &mut CallLog,
     ) -> Result<Judgement, LlmError> {
         let rate_contexts = self.config.context_relevance && !trace.contexts.is_empty();
-        let (claims, out) = match self.config.faithfulness_mode {
-            FaithfulnessMode::OneCall => {
-                let out = self
-                    .call(
-                        &Prompt::faithfulness(trace, rate_contexts),
-                        log,
-                        parse_faithfulness,
-                    )
-                    .await?;
-                (out.claims.clone(), Some(out))
-            }
+        let out: Option<FaithfulnessOutput> = match self.config.faithfulness_mode {
+            FaithfulnessMode::OneCall => Some(
+                self.call(
+                    &Prompt::faithfulness(trace, rate_contexts),
+                    log,
+                    parse_faithfulness,
+                )
+                .await?,
+            ),
             FaithfulnessMode::TwoCall => {
                 let extracted: ClaimsOutput =
                     self.call(&Prompt::claims(trace), log, parse_output).await?;
@@ -601,41 +600,40 @@ impl LlmJudge {
                     .filter(|c| !c.trim().is_empty())
                     .collect();
                 if wanted.is_empty() && !rate_contexts {
-                    (Vec::new(), None)
+                    None
                 } else {
                     let n = wanted.len();
-                    let verified = self
-                        .call(
-                            &Prompt::verify(trace, &wanted, rate_contexts),
-                            log,
-                            |content: &str| {
-                                let out = parse_faithfulness(content)?;
-                                if out.claims.len() == n {
-                                    Ok(out)
-                                } else {
-                                    Err(format!(
-                                        "{} verdicts for {n} claims: one per claim, in order",
-                                        out.claims.len()
-                                    ))
-                                }
-                            },
-                        )
-                        .await?;
-                    (verified.claims.clone(), Some(verified))
+                    let verify = Prompt::verify(trace, &wanted, rate_contexts);
+                    Some(
+                        self.call(&verify, log, |content: &str| {
+                            let out = parse_faithfulness(content)?;
+                            if out.claims.len() == n {
+                                Ok(out)
+                            } else {
+                                Err(format!(
+                                    "{} verdicts for {n} claims: one per claim, in order",
+                                    out.claims.len()
+                                ))
+                            }
+                        })
+                        .await?,
+                    )
                 }
             }
         };
-        let contexts = match out.filter(|_| rate_contexts) {
-            Some(out) => match out.context_verdicts(trace.contexts.len()) {
+        let contexts = match &out {
+            Some(out) if rate_contexts => match out.context_verdicts(trace.contexts.len()) {
                 Ok(v) => Some(v),
                 Err(p) => {
                     log.part_failed("context_relevance", p.kind(), p.to_string());
                     None
                 }
             },
-            None => None,
+            _ => None,
         };
-        let claims: Vec<JudgedClaim> = claims
+        let claims: Vec<JudgedClaim> = out
+            .map(|o| o.claims)
+            .unwrap_or_default()
             .into_iter()
             .filter(|c| !c.claim.trim().is_empty())
             .collect();
@@ -779,6 +777,7 @@ impl LlmJudge {
                 user: &prompt.user,
                 schema_name: prompt.schema_name,
                 schema: &prompt.schema,
+                grammar_schema: &prompt.grammar_schema,
                 shape: &prompt.shape,
                 repair: repair.as_ref().map(|(r, e)| (r.as_str(), e.as_str())),
                 max_tokens,

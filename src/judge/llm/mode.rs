@@ -1,7 +1,8 @@
 //! The structured-output mode of the LLM judge: fixed by `llm.structured_output`, or, with `auto`,
 //! found by asking the server. The modes are tried from the strictest down
 //! (`json_schema`, `json_object_schema`, `json_object`, `prompt`); a 400 or 422 that names
-//! `response_format` moves to the next. The first mode a server answers is kept for the process's
+//! `response_format` moves to the next (so does llama-cpp-python's 500, which wraps the same
+//! validation error). The first mode a server answers is kept for the process's
 //! life: it is part of the judge identity, so it must not drift under a running judge.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

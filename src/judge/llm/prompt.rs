@@ -324,9 +324,60 @@ pub struct Prompt {
     pub schema: Value,
     /// The answer's shape in words, for servers that do not see the schema.
     pub shape: String,
+    /// The schema with array lengths and non-empty strings, for servers that enforce a schema by
+    /// grammar without a strict mode (`json_object_schema`, llama-cpp-python): without bounds a
+    /// small model under a grammar repeats list items until `max_tokens`. Strict `json_schema`
+    /// gets the plain schema, which every provider's strict mode accepts.
+    pub grammar_schema: Value,
     /// Output tokens a complete answer is expected to need, from the size of the answer being
     /// judged: the claims restate it, with a verdict each and one entry per context.
     pub output_hint: u64,
+}
+
+/// Bounds for [`Prompt::grammar_schema`].
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// Claims: at least, at most.
+    claims: (usize, usize),
+    /// Context verdicts (exactly), when asked.
+    contexts: Option<usize>,
+    /// Generated questions (exactly).
+    questions: Option<usize>,
+}
+
+/// At most this many claims per sentence of the answer (and at least 4, at most 32 in all).
+const CLAIMS_PER_SENTENCE: usize = 3;
+
+fn claims_cap(answer: &str) -> usize {
+    let sentences = answer.matches(['.', '!', '?']).count().max(1);
+    (sentences * CLAIMS_PER_SENTENCE).clamp(4, 32)
+}
+
+/// `schema` with the lengths of its lists fixed or capped and its strings non-empty.
+fn bounded(mut schema: Value, b: Bounds) -> Value {
+    let props = &mut schema["properties"];
+    if let Some(claims) = props.get_mut("claims") {
+        claims["minItems"] = json!(b.claims.0);
+        claims["maxItems"] = json!(b.claims.1);
+        let item = &mut claims["items"];
+        if item["type"] == "string" {
+            item["minLength"] = json!(1);
+        } else {
+            item["properties"]["claim"]["minLength"] = json!(1);
+        }
+    }
+    if let (Some(k), Some(contexts)) = (b.contexts, props.get_mut("contexts")) {
+        contexts["minItems"] = json!(k);
+        contexts["maxItems"] = json!(k);
+        contexts["items"]["properties"]["n"]["minimum"] = json!(1);
+        contexts["items"]["properties"]["n"]["maximum"] = json!(k);
+    }
+    if let (Some(n), Some(questions)) = (b.questions, props.get_mut("questions")) {
+        questions["minItems"] = json!(n);
+        questions["maxItems"] = json!(n);
+        questions["items"]["properties"]["question"]["minLength"] = json!(1);
+    }
+    schema
 }
 
 /// Tokens to restate `answer` as claims with verdicts (about 3 bytes a token, plus per-claim JSON),
@@ -345,6 +396,14 @@ impl Prompt {
             schema_name: "faithfulness",
             schema: faithfulness_schema(with_contexts),
             shape: faithfulness_shape(with_contexts),
+            grammar_schema: bounded(
+                faithfulness_schema(with_contexts),
+                Bounds {
+                    claims: (0, claims_cap(&trace.answer)),
+                    contexts: with_contexts.then_some(trace.contexts.len()),
+                    questions: None,
+                },
+            ),
             output_hint: claims_hint(
                 &trace.answer,
                 usize::from(with_contexts) * trace.contexts.len(),
@@ -360,6 +419,14 @@ impl Prompt {
             schema_name: "claims",
             schema: claims_schema(),
             shape: claims_shape(),
+            grammar_schema: bounded(
+                claims_schema(),
+                Bounds {
+                    claims: (0, claims_cap(&trace.answer)),
+                    contexts: None,
+                    questions: None,
+                },
+            ),
             output_hint: claims_hint(&trace.answer, 0),
         }
     }
@@ -372,6 +439,14 @@ impl Prompt {
             schema_name: "faithfulness",
             schema: faithfulness_schema(with_contexts),
             shape: faithfulness_shape(with_contexts),
+            grammar_schema: bounded(
+                faithfulness_schema(with_contexts),
+                Bounds {
+                    claims: (claims.len(), claims.len()),
+                    contexts: with_contexts.then_some(trace.contexts.len()),
+                    questions: None,
+                },
+            ),
             output_hint: claims.iter().map(|c| c.len() as u64 / 3 + 12).sum::<u64>()
                 + claims_hint("", usize::from(with_contexts) * trace.contexts.len()),
         }
@@ -385,6 +460,14 @@ impl Prompt {
             schema_name: "relevancy",
             schema: relevancy_schema(),
             shape: relevancy_shape(),
+            grammar_schema: bounded(
+                relevancy_schema(),
+                Bounds {
+                    claims: (0, 0),
+                    contexts: None,
+                    questions: Some(n as usize),
+                },
+            ),
             output_hint: 48 * u64::from(n) + 16,
         }
     }
@@ -499,6 +582,48 @@ mod tests {
             assert!(parse_faithfulness(&shape).is_err(), "{shape}");
         }
         assert!(parse_relevancy(&relevancy_shape()).is_err());
+    }
+
+    #[test]
+    fn the_grammar_schema_bounds_every_list() {
+        let t = crate::trace::Trace {
+            trace_id: "t".into(),
+            timestamp_ms: None,
+            query: "q".into(),
+            contexts: vec![],
+            answer: "One. Two.".into(),
+            stratum: None,
+            metadata: Value::Null,
+            label_faithful: None,
+            gold: None,
+        };
+        let p = Prompt::faithfulness(&t, true);
+        let claims = &p.grammar_schema["properties"]["claims"];
+        assert_eq!(
+            (claims["minItems"].as_u64(), claims["maxItems"].as_u64()),
+            (Some(0), Some(6))
+        );
+        assert_eq!(claims["items"]["properties"]["claim"]["minLength"], 1);
+        assert_eq!(p.grammar_schema["properties"]["contexts"]["maxItems"], 0);
+        assert!(
+            p.schema["properties"]["claims"].get("maxItems").is_none(),
+            "strict schema untouched"
+        );
+        let v = Prompt::verify(&t, &["a".into(), "b".into()], false);
+        assert_eq!(v.grammar_schema["properties"]["claims"]["minItems"], 2);
+        assert_eq!(v.grammar_schema["properties"]["claims"]["maxItems"], 2);
+        let r = Prompt::relevancy(&t, 3);
+        let q = &r.grammar_schema["properties"]["questions"];
+        assert_eq!(
+            (q["minItems"].as_u64(), q["maxItems"].as_u64()),
+            (Some(3), Some(3))
+        );
+        assert_eq!(q["items"]["properties"]["question"]["minLength"], 1);
+        let c = Prompt::claims(&t);
+        assert_eq!(
+            c.grammar_schema["properties"]["claims"]["items"]["minLength"],
+            1
+        );
     }
 
     #[test]
