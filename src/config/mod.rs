@@ -354,8 +354,8 @@ pub enum FaithfulnessMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
-    /// Probe at start-up, in the order below: a 400 or 422 that names `response_format` moves
-    /// on to the next mode.
+    /// Probe at start-up, in the order below: a 400 or 422 (llama-cpp-python: 500) that names
+    /// `response_format` moves on to the next mode.
     Auto,
     /// `{"type": "json_schema", "json_schema": {"name", "strict": true, "schema"}}`.
     JsonSchema,

@@ -192,7 +192,7 @@ impl FakeOpenAi {
     }
 
     /// Refuses `response_format` of these kinds with `status` (400 as OpenAI and vLLM do, 422 as
-    /// llama-cpp-python does).
+    /// FastAPI servers do, 500 as llama-cpp-python 0.3 does).
     pub fn refuse_formats(&self, kinds: &[&'static str], status: u16) {
         *self.state.refused_formats.lock().unwrap() = (kinds.to_vec(), status);
     }
@@ -220,10 +220,18 @@ impl FakeOpenAi {
     }
 }
 
-/// The 400 OpenAI and vLLM send for a response_format they do not take, or the 422 of a FastAPI
-/// server (llama-cpp-python) whose request model has no such variant.
+/// The 400 OpenAI and vLLM send for a response_format they do not take, the 422 of a FastAPI
+/// server whose request model has no such variant, or the 500 llama-cpp-python 0.3 wraps that
+/// validation error in (its body as measured).
 fn refusal(kind: &str, status: u16) -> Response {
-    if status == 422 {
+    if status == 500 {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": {"message": format!("1 validation error:\n  {{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': '{kind}'}}"),
+                "type": "internal_server_error", "param": null, "code": null}})),
+        )
+            .into_response()
+    } else if status == 422 {
         (
             StatusCode::UNPROCESSABLE_ENTITY,
             Json(json!({"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
