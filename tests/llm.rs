@@ -11,6 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::openai::{EmbedFault, EmbedShape, FakeOpenAi, Fault};
@@ -615,6 +616,39 @@ fn replay_paces_to_the_minute_budget_and_skips_only_on_the_day() {
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "no waiting on the day"
+    );
+}
+
+/// Replay keeps `judge.workers` traces in flight: a slow trace holds one slot while the other goes
+/// on through the rest, rather than batches that each wait for their slowest; output stays in input
+/// order.
+#[test]
+fn replay_keeps_workers_in_flight_not_batches() {
+    let server = FakeOpenAi::start();
+    // Each slow trace takes two chat calls of 1.5 s.
+    *server.state.slow.lock().unwrap() = Some(("sluggish".into(), Duration::from_millis(1500)));
+    let s = setup_with(&server, 2, "");
+    let mut lines = museum_traces(10);
+    for i in [0, 2] {
+        lines[i] = trace(
+            &format!("b{i}"),
+            &format!("The museum opens at 9. A sluggish queue forms at {i}."),
+        );
+    }
+    let (records, _) = replay(&s, &lines);
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|r| r["trace_id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    assert_eq!(ids, expected, "input order");
+    assert!(records.iter().all(|r| r["status"] == "judged"));
+    // In flight: the two slow traces (b0, b2) are served at once. In batches of two they fall in
+    // different batches (b0 b1, b2 b3) and never overlap.
+    assert_eq!(
+        server.state.slow_in_flight_max.load(Ordering::SeqCst),
+        2,
+        "both slow traces in flight together"
     );
 }
 

@@ -99,6 +99,11 @@ pub struct ServerState {
     pub encodings_seen: Mutex<Vec<String>>,
     /// Leave `usage` out of every answer.
     pub no_usage: std::sync::atomic::AtomicBool,
+    /// Chat requests whose user message holds this text take this long (a slow trace).
+    pub slow: Mutex<Option<(String, Duration)>>,
+    /// Slow chat requests being served now, and the most ever served at once.
+    pub slow_in_flight: AtomicU64,
+    pub slow_in_flight_max: AtomicU64,
 }
 
 pub struct FakeOpenAi {
@@ -366,6 +371,13 @@ async fn chat(
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    let slow = state.slow.lock().unwrap().clone();
+    if let Some((_, delay)) = slow.filter(|(m, _)| user.contains(m.as_str())) {
+        let now = state.slow_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.slow_in_flight_max.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(delay).await;
+        state.slow_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
     // Without a schema in response_format, the reply's shape is described in the system prompt.
     let rf = &body["response_format"];
     let given = rf["json_schema"]["schema"]
