@@ -68,6 +68,8 @@ workers = 1
 base_url = "$base"
 chat_model = "judge-stub"
 embedding_model = "embed-stub"
+# The stub speaks JSON schema; fixing the mode spares the start-up probe (not a judged trace's cost).
+structured_output = "json_schema"
 cache_capacity = 0
 faithfulness_mode = "$2"
 context_relevance = $3

@@ -82,6 +82,9 @@ pub async fn run(
                 &env,
                 Arc::clone(&shared.metrics),
             )?);
+            // `structured_output = "auto"`: ask the server before the first trace, so the judge
+            // identity on ragwatch_build_info is the settled one from the first scrape on.
+            judge.resolve_structured_output().await;
             budget = Some(Arc::clone(judge.budget()));
             judges.push(JudgeKind::Llm);
             if let Some(path) = &config.llm.canary_path {

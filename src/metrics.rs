@@ -27,6 +27,19 @@ pub const JUDGE_OUTCOMES: [&str; 9] = [
     "cached",
 ];
 
+/// Why a judge call was sent again; label values of `ragwatch_judge_retries_total`. The first three
+/// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
+/// invalid reply and its error shown, `truncated` asks again with room for the answer, and
+/// `format_fallback` moves `llm.structured_output = "auto"` to the next mode the server may accept.
+pub const JUDGE_RETRY_REASONS: [&str; 6] = [
+    "rate_limited",
+    "timeout",
+    "http_error",
+    "malformed",
+    "truncated",
+    "format_fallback",
+];
+
 /// Buckets for scores in [0, 1]: one per tenth, so `le="0.5"` counts the clearly unfaithful.
 const RATIO_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 
@@ -102,6 +115,13 @@ pub struct Metrics {
     pub judge_duration: HistogramVec,
     /// Tokens spent by the judge, by direction (prompt, completion).
     pub judge_tokens: IntCounterVec,
+    /// Judge calls sent again, by judge and reason (transport retries apart from re-asks).
+    pub judge_retries: IntCounterVec,
+    /// Parts of a verdict that failed while the rest was kept, by judge, part
+    /// (`context_relevance`, `answer_relevancy`) and reason.
+    pub judge_part_failures: IntCounterVec,
+    /// 1 on the structured-output mode the LLM judge uses (`auto` resolved), 0 on the others.
+    pub judge_structured_output: IntGaugeVec,
     /// Tokens this replica may still spend now (the tighter of the minute and day budgets).
     pub budget_remaining: Gauge,
     /// This replica's share of the fleet's judge budget.
@@ -412,6 +432,24 @@ impl Metrics {
                 "Tokens spent by the judge, by direction.",
                 &["judge", "direction"],
             ),
+            judge_retries: counter(
+                &r,
+                "ragwatch_judge_retries_total",
+                "Judge calls sent again, by judge and reason: rate_limited, timeout, http_error (transport); malformed, truncated (re-asks); format_fallback.",
+                &["judge", "reason"],
+            ),
+            judge_part_failures: counter(
+                &r,
+                "ragwatch_judge_part_failures_total",
+                "Verdict parts that failed while the rest of the verdict was kept, by judge, part and reason.",
+                &["judge", "part", "reason"],
+            ),
+            judge_structured_output: int_gauge(
+                &r,
+                "ragwatch_judge_structured_output_info",
+                "1 on the structured-output mode the LLM judge uses (auto resolved by probing the server), 0 on the others.",
+                &["mode"],
+            ),
             budget_remaining: single(
                 &r,
                 Gauge::new(
@@ -538,6 +576,9 @@ impl Metrics {
         }
         for direction in ["prompt", "completion"] {
             m.judge_tokens.with_label_values(&["llm", direction]);
+        }
+        for reason in JUDGE_RETRY_REASONS {
+            m.judge_retries.with_label_values(&["llm", reason]);
         }
         for reason in RejectReason::ALL {
             m.traces_rejected.with_label_values(&[reason.as_str()]);

@@ -1,10 +1,14 @@
 //! `ragwatch replay`: evaluate JSONL trace files once, as fast as the judge allows. Writes one
 //! verdict per line and returns a per-stratum summary; with labelled traces (`label_faithful`) the
-//! summary also says how well the judge agrees with the labels.
+//! summary also says how well the judge agrees with the labels. With the LLM judge, replay keeps
+//! `judge.workers` traces in flight and paces itself to the per-minute budget instead of skipping.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{SinkExt, StreamExt};
 
 use serde::Serialize;
 use tokio::io::{AsyncBufRead, BufReader};
@@ -158,8 +162,12 @@ pub struct Summary {
 }
 
 /// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
-/// With `llm`, each decoded trace is judged by the LLM judge instead (at most `judge.workers` at a
-/// time, output in input order); a judge failure is a `skipped` record with the outcome as reason.
+///
+/// With `llm`, each decoded trace is judged by the LLM judge instead: `judge.workers` traces are
+/// in flight at all times (a new one starts as soon as one finishes, whatever its place), and
+/// verdicts are written in input order through a bounded reorder window. Calls wait for the
+/// per-minute budget rather than skip; a trace is skipped (a `skipped` record with the outcome as
+/// reason) only when the daily budget cannot cover it or its calls fail.
 pub async fn replay(
     config: &Config,
     files: &[PathBuf],
@@ -188,9 +196,62 @@ pub async fn replay(
         );
         bar
     });
-    let mut buf = Vec::with_capacity(8192);
-    let mut batch: Vec<(Evaluation, u64)> = Vec::new();
     let keep = config.decode.max_message_bytes.saturating_add(1);
+    match llm {
+        None => {
+            for_each_line(files, keep, progress.as_ref(), async |buf, line| {
+                summary.lines += 1;
+                let eval = pipeline.evaluate(buf);
+                write_record(&mut summary, &shared, &eval, line, threshold, out)
+            })
+            .await?;
+        }
+        Some(judge) => {
+            let mode = judge.resolve_structured_output().await;
+            tracing::info!(
+                structured_output = crate::judge::llm::mode_name(mode),
+                judge_model = %judge.identity(),
+                "replaying with the LLM judge"
+            );
+            let workers = config.judge.workers.max(1);
+            // Lines travel from the reader to the judging loop over a bounded channel: the reader
+            // (which may block on stdin) and the calls in flight progress independently.
+            let (tx, rx) = futures::channel::mpsc::channel::<(Vec<u8>, u64)>(workers);
+            let reader = async {
+                let mut tx = tx;
+                for_each_line(files, keep, progress.as_ref(), async |buf, line| {
+                    // A closed channel means the judging side stopped on an output error, which
+                    // it reports.
+                    let _ = tx.send((buf.to_vec(), line)).await;
+                    Ok(())
+                })
+                .await
+            };
+            let judging = judge_in_order(rx, workers, &pipeline, judge, |eval, line| {
+                summary.lines += 1;
+                write_record(&mut summary, &shared, eval, line, threshold, out)
+            });
+            let (read, judged) = tokio::join!(reader, judging);
+            read?;
+            judged?;
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    out.flush()?;
+    Ok(summary)
+}
+
+/// Calls `f` with every non-blank line of `files` (`-` is stdin) and its 1-based line number in
+/// its file; lines longer than `keep` bytes are cut there (the decoder rejects them as too large).
+async fn for_each_line(
+    files: &[PathBuf],
+    keep: usize,
+    progress: Option<&indicatif::ProgressBar>,
+    mut f: impl AsyncFnMut(&[u8], u64) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(8192);
     for file in files {
         let mut reader: Box<dyn AsyncBufRead + Unpin> = if file.as_os_str() == "-" {
             Box::new(BufReader::new(tokio::io::stdin()))
@@ -203,61 +264,66 @@ pub async fn replay(
         let mut line = 0u64;
         while let Some(len) = read_line_bounded(&mut reader, &mut buf, keep).await? {
             line += 1;
-            if let Some(bar) = &progress {
+            if let Some(bar) = progress {
                 bar.inc(len as u64 + 1);
             }
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            summary.lines += 1;
-            let eval = pipeline.evaluate(&buf);
-            match llm {
-                None => write_record(&mut summary, &shared, &eval, line, threshold, out)?,
-                Some(judge) => {
-                    batch.push((eval, line));
-                    if batch.len() >= config.judge.workers {
-                        judge_batch(judge, &mut batch).await;
-                        for (eval, line) in batch.drain(..) {
-                            write_record(&mut summary, &shared, &eval, line, threshold, out)?;
-                        }
+            f(&buf, line).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Traces started ahead of the oldest unwritten one, per worker, at most: bounds the memory a slow
+/// trace can hold up while the others go on.
+const REORDER_WINDOW_PER_WORKER: usize = 16;
+
+/// Judges the lines from `rx` with `workers` in flight at all times and hands each evaluation to
+/// `write` in input order.
+async fn judge_in_order(
+    rx: futures::channel::mpsc::Receiver<(Vec<u8>, u64)>,
+    workers: usize,
+    pipeline: &Pipeline,
+    judge: &LlmJudge,
+    mut write: impl FnMut(&Evaluation, u64) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    // A permit per trace from its start to its record: at most this many started and unwritten.
+    let window = Arc::new(tokio::sync::Semaphore::new(
+        workers * REORDER_WINDOW_PER_WORKER,
+    ));
+    let done = rx
+        .enumerate()
+        .then(|item| {
+            let window = Arc::clone(&window);
+            async move { (item, window.acquire_owned().await) }
+        })
+        .map(|((seq, (bytes, line)), permit)| async move {
+            let mut eval = pipeline.evaluate(&bytes);
+            if let Ok(t) = &eval.trace {
+                match judge.judge_paced(t).await {
+                    Ok(v) => eval.verdict = Some(v),
+                    Err(e) => {
+                        eval.verdict = None;
+                        eval.skipped = Some(e.kind());
                     }
                 }
             }
+            (seq, eval, line, permit)
+        })
+        .buffer_unordered(workers);
+    let mut done = std::pin::pin!(done);
+    let mut pending = BTreeMap::new();
+    let mut next = 0usize;
+    while let Some((seq, eval, line, permit)) = done.next().await {
+        pending.insert(seq, (eval, line, permit));
+        while let Some((eval, line, _permit)) = pending.remove(&next) {
+            write(&eval, line)?;
+            next += 1;
         }
     }
-    if let Some(judge) = llm {
-        judge_batch(judge, &mut batch).await;
-        for (eval, line) in batch.drain(..) {
-            write_record(&mut summary, &shared, &eval, line, threshold, out)?;
-        }
-    }
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
-    }
-    out.flush()?;
-    Ok(summary)
-}
-
-async fn judge_batch(judge: &LlmJudge, batch: &mut [(Evaluation, u64)]) {
-    let results = futures::future::join_all(batch.iter().map(|(eval, _)| async move {
-        match &eval.trace {
-            // Every replayed trace is wanted: the reserve that protects small strata in live
-            // sampling has nothing to protect here.
-            Ok(t) => Some(judge.judge(t, true).await),
-            Err(_) => None,
-        }
-    }))
-    .await;
-    for ((eval, _), result) in batch.iter_mut().zip(results) {
-        match result {
-            Some(Ok(v)) => eval.verdict = Some(v),
-            Some(Err(e)) => {
-                eval.verdict = None;
-                eval.skipped = Some(e.kind());
-            }
-            None => {}
-        }
-    }
+    Ok(())
 }
 
 fn write_record(

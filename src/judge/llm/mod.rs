@@ -7,46 +7,119 @@
 //! - Answer relevancy: N questions the answer would answer, each with a noncommittal flag, in one call;
 //!   one embeddings call for the real and generated questions; score = mean cosine clamped to [0, 1];
 //!   all noncommittal scores 0 and counts as a refusal.
+//! - Partial verdicts: faithfulness is the verdict; context relevance and answer relevancy are parts
+//!   of it. A part that fails (an invalid context-verdict list, a relevancy call that times out,
+//!   unusable embeddings) is dropped and counted by part and reason; the rest is kept.
+//! - Malformed replies are asked again once, showing the model its reply and what was wrong, within
+//!   `max_attempts` and the trace deadline; transport retries are counted apart.
+//! - Structured output per server (see `mode`); replay waits for the per-minute budget instead of
+//!   skipping.
 
 mod budget;
 mod cache;
 mod canary;
 mod client;
+mod mode;
 mod prompt;
 
-pub use budget::{Budget, Charge};
+pub use budget::{Budget, Charge, Refusal};
 pub use cache::VerdictCache;
 pub use canary::{agreement, run_canaries};
-pub use client::{ChatOutput, LlmClient, LlmError, Usage, backoff};
-pub use prompt::{ClaimVerdict, JudgedClaim, parse_output};
+pub use client::{
+    ChatOutput, ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage, backoff,
+    decode_f32s, mean_pool,
+};
+pub use mode::{CHAIN, mode_name};
+pub use prompt::{
+    ClaimVerdict, ContextsProblem, JudgedClaim, json_object, parse_faithfulness, parse_output,
+    parse_relevancy,
+};
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, Verdict, clean_score};
-use crate::config::{Config, FaithfulnessMode, LlmConfig};
+use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::metrics::Metrics;
 use crate::trace::Trace;
-use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt, RelevancyOutput};
+use mode::{ModeState, Probe};
+use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
 
-/// One trace's calls: whether they may spend the reserve, and their raw outputs and usage, kept for
-/// the verdict record.
-#[derive(Debug, Default)]
+/// How a call gets past the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Live judging: a call the budget cannot cover now is not made (the trace is skipped). A
+    /// `priority` call (a stratum's guaranteed sample) may spend the reserve.
+    Skip {
+        /// May spend the reserve.
+        priority: bool,
+    },
+    /// Replay: wait for the per-minute limits, in arrival order; only the daily budget refuses.
+    /// The wait does not count against the trace deadline, which bounds the calls themselves.
+    Wait,
+}
+
+/// A verdict part that failed while the rest was kept.
+#[derive(Debug, Clone, serde::Serialize)]
+struct PartFailure {
+    part: &'static str,
+    reason: &'static str,
+    detail: String,
+}
+
+/// One trace's calls: how they pass the budget, their deadline, and what they returned, kept for
+/// the verdict record and the metrics.
+#[derive(Debug)]
 struct CallLog {
     raw: Vec<String>,
     usage: Usage,
+    /// Calls whose answer reported no usage (their estimate stays charged to the budget).
+    usage_unreported: u32,
     calls: u32,
-    /// The calls may spend the budget's reserve.
-    priority: bool,
+    admission: Admission,
+    /// Everything for the trace finishes by then; replay moves it by the time spent waiting for
+    /// the budget.
+    deadline: tokio::time::Instant,
+    retries: Vec<&'static str>,
+    parts: Vec<PartFailure>,
+    budget_wait: Duration,
+    /// The structured-output mode of the last chat call.
+    mode: Option<StructuredOutput>,
+}
+
+impl CallLog {
+    fn new(admission: Admission, deadline: tokio::time::Instant) -> Self {
+        Self {
+            raw: Vec::new(),
+            usage: Usage::default(),
+            usage_unreported: 0,
+            calls: 0,
+            admission,
+            deadline,
+            retries: Vec::new(),
+            parts: Vec::new(),
+            budget_wait: Duration::ZERO,
+            mode: None,
+        }
+    }
+
+    fn part_failed(&mut self, part: &'static str, reason: &'static str, detail: String) {
+        self.parts.push(PartFailure {
+            part,
+            reason,
+            detail,
+        });
+    }
 }
 
 /// What the calls for one trace established.
 struct Judgement {
     claims: Vec<JudgedClaim>,
-    /// Relevance of each context in rank order, when asked for.
+    /// Relevance of each context in rank order, when asked for and valid.
     contexts: Option<Vec<bool>>,
     relevancy: Option<f64>,
     questions: Vec<prompt::GeneratedQuestion>,
@@ -58,6 +131,13 @@ pub struct LlmJudge {
     client: LlmClient,
     config: LlmConfig,
     budget: Arc<Budget>,
+    /// Replay's calls queue here for the budget, first come first served.
+    admission: tokio::sync::Mutex<()>,
+    mode: ModeState,
+    /// The identity published in `ragwatch_build_info` and on every verdict.
+    identity: Mutex<String>,
+    /// Dimension of the first embeddings seen (0 before): a change is an error, not a cosine.
+    dimension: AtomicUsize,
     cache: VerdictCache,
     metrics: Arc<Metrics>,
     records: Option<super::records::RecordsFile>,
@@ -158,11 +238,19 @@ impl LlmJudge {
             }
             None => None,
         };
+        let mode = ModeState::new(config.llm.structured_output);
+        if mode.is_resolved() {
+            publish_mode(&metrics, mode.current());
+        }
         Ok(Self {
             records_topic,
             client: LlmClient::try_new(&config.llm, key)?,
             config: config.llm.clone(),
             budget: Arc::new(Budget::new(&config.budget)),
+            admission: tokio::sync::Mutex::new(()),
+            mode,
+            identity: Mutex::new(Self::model_id(&config.llm)),
+            dimension: AtomicUsize::new(0),
             cache: VerdictCache::new(
                 config.llm.cache_capacity,
                 Duration::from_secs(config.llm.cache_ttl_secs),
@@ -172,21 +260,165 @@ impl LlmJudge {
         })
     }
 
-    /// The judge identity recorded in `ragwatch_build_info` and on every verdict: everything that
-    /// changes a verdict (models, prompt version, faithfulness form, context verdicts on or off), so
-    /// a change of any of them shows as a judge change.
+    /// The judge identity as configured, recorded in `ragwatch_build_info` and on every verdict:
+    /// everything that changes a verdict (models, prompt version, faithfulness form, context
+    /// verdicts on or off, structured-output mode), so a change of any of them shows as a judge
+    /// change. With `structured_output = "auto"` it says `auto` until
+    /// [`LlmJudge::resolve_structured_output`] has found the server's mode.
     pub fn model_id(config: &LlmConfig) -> String {
-        let mode = match config.faithfulness_mode {
+        Self::identity_for(config, config.structured_output)
+    }
+
+    fn identity_for(config: &LlmConfig, mode: StructuredOutput) -> String {
+        let faithfulness = match config.faithfulness_mode {
             FaithfulnessMode::OneCall => "one_call",
             FaithfulnessMode::TwoCall => "two_call",
         };
         format!(
-            "{}+{}@{}/{mode}{}",
+            "{}+{}@{}/{faithfulness}{}/{}",
             config.chat_model,
             config.embedding_model,
             config.prompt_version,
-            if config.context_relevance { "+ctx" } else { "" }
+            if config.context_relevance { "+ctx" } else { "" },
+            mode_name(mode)
         )
+    }
+
+    /// The identity in force: the configured one, or with `auto` the mode found at start-up.
+    pub fn identity(&self) -> String {
+        self.identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The structured-output mode calls use now.
+    pub fn structured_output(&self) -> StructuredOutput {
+        self.mode.current()
+    }
+
+    /// With `structured_output = "auto"`, finds the mode the server takes before any trace is
+    /// judged: one tiny request per mode (under the budget) until the server answers one; a 400
+    /// or 422 naming `response_format` moves to the next. The choice is logged, exported in
+    /// `ragwatch_judge_structured_output_info` and becomes part of the identity, which replaces
+    /// the configured one in `ragwatch_build_info` (the `auto` series is withdrawn first, so it is
+    /// never scraped beside the real one). When the server cannot be reached, the identity stays
+    /// `.../auto` for this process and the first calls that get through settle the mode.
+    pub async fn resolve_structured_output(&self) -> StructuredOutput {
+        if self.mode.is_resolved() {
+            return self.mode.current();
+        }
+        let placeholder = self.identity();
+        let withdrawn = self.withdraw_build_info(&placeholder);
+        let probe = Probe::new();
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(self.config.trace_deadline_ms.min(30_000));
+        let mut log = CallLog::new(Admission::Skip { priority: true }, deadline);
+        loop {
+            let mode = self.mode.current();
+            let request = ChatRequest {
+                system: probe.system,
+                user: probe.user,
+                schema_name: "probe",
+                schema: &probe.schema,
+                grammar_schema: &probe.schema,
+                shape: probe.shape,
+                repair: None,
+                max_tokens: 16,
+            };
+            let estimate = 64 + request.max_tokens;
+            let Ok(charge) = self.admit(estimate, &mut log).await else {
+                tracing::warn!(
+                    "the judge budget cannot cover a structured-output probe; the first judge calls will find the mode"
+                );
+                break;
+            };
+            let mut tries = Tries::new(self.config.max_attempts);
+            let result = self.client.chat(&request, mode, deadline, &mut tries).await;
+            log.retries.append(&mut tries.retries);
+            log.calls += 1;
+            match result {
+                Ok(out) => {
+                    self.bill(charge, out.usage, &mut log);
+                    self.confirm_mode(mode, "probe");
+                    break;
+                }
+                Err(LlmError::FormatRejected { status, .. }) => {
+                    self.budget.reconcile(charge, 0);
+                    tracing::info!(
+                        mode = mode_name(mode),
+                        status,
+                        "the judge server does not take this structured-output mode; trying the next"
+                    );
+                    log.retries.push("format_fallback");
+                    if !self.mode.fall_back(mode) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.refund_unbilled(charge, &e);
+                    tracing::warn!(
+                        error = %e,
+                        "cannot probe the judge server's structured output; the first judge calls will find the mode, and the judge identity says auto"
+                    );
+                    break;
+                }
+            }
+        }
+        self.count_spend(&log);
+        let identity = if self.mode.is_resolved() {
+            Self::identity_for(&self.config, self.mode.current())
+        } else {
+            placeholder.clone()
+        };
+        *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity.clone();
+        for version in withdrawn {
+            self.metrics
+                .build_info
+                .with_label_values(&[&version.0, &version.1.replace(&placeholder, &identity)])
+                .set(1);
+        }
+        self.mode.current()
+    }
+
+    /// Removes the `ragwatch_build_info` series naming `identity`; returns their labels.
+    fn withdraw_build_info(&self, identity: &str) -> Vec<(String, String)> {
+        use prometheus::core::Collector;
+        let mut found = Vec::new();
+        for family in self.metrics.build_info.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value().to_owned())
+                        .unwrap_or_default()
+                };
+                let (version, judge) = (label("version"), label("judge_model"));
+                if judge.contains(identity) {
+                    found.push((version, judge));
+                }
+            }
+        }
+        for (version, judge) in &found {
+            let _ = self
+                .metrics
+                .build_info
+                .remove_label_values(&[version, judge]);
+        }
+        found
+    }
+
+    /// Settles `auto` on `mode` (once): logged and exported.
+    fn confirm_mode(&self, mode: StructuredOutput, how: &str) {
+        if self.mode.confirm(mode) {
+            tracing::info!(
+                mode = mode_name(mode),
+                how,
+                "judge structured output chosen"
+            );
+            publish_mode(&self.metrics, mode);
+        }
     }
 
     /// The budget, so the source can set this replica's share.
@@ -200,37 +432,54 @@ impl LlmJudge {
         if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
             return Ok(v);
         }
-        self.judge_fresh(trace, priority).await
+        self.judge_with(trace, Admission::Skip { priority }).await
+    }
+
+    /// Judges one trace for replay: every trace is wanted, so a call waits for the per-minute
+    /// budget (in arrival order) instead of being skipped; only the daily budget skips
+    /// (`budget_exhausted`), and the trace deadline bounds the calls, not the wait.
+    pub async fn judge_paced(&self, trace: &Trace) -> Result<Verdict, LlmError> {
+        if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
+            return Ok(v);
+        }
+        self.judge_with(trace, Admission::Wait).await
     }
 
     /// Judges one trace without consulting the cache (canaries must reach the model).
     pub async fn judge_fresh(&self, trace: &Trace, priority: bool) -> Result<Verdict, LlmError> {
+        self.judge_with(trace, Admission::Skip { priority }).await
+    }
+
+    async fn judge_with(&self, trace: &Trace, admission: Admission) -> Result<Verdict, LlmError> {
         let key = VerdictCache::key(trace);
         let started = Instant::now();
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
-        let mut log = CallLog {
-            priority,
-            ..CallLog::default()
-        };
-        let result = self.judge_uncached(trace, deadline, &mut log).await;
+        let mut log = CallLog::new(admission, deadline);
+        let result = self.judge_uncached(trace, &mut log).await;
         let latency_ms = started.elapsed().as_millis() as u64;
+        self.count_spend(&log);
         let m = &self.metrics;
-        m.judge_tokens
-            .with_label_values(&["llm", "prompt"])
-            .inc_by(log.usage.prompt_tokens);
-        m.judge_tokens
-            .with_label_values(&["llm", "completion"])
-            .inc_by(log.usage.completion_tokens);
+        for p in &log.parts {
+            m.judge_part_failures
+                .with_label_values(&["llm", p.part, p.reason])
+                .inc();
+        }
         m.budget_remaining.set(self.budget.remaining_tokens());
-        let record = |status: &str, verdict: Option<&Verdict>| {
+        let identity = self.identity();
+        let mode = log.mode.map(mode_name);
+        let record = |status: &str, verdict: Option<&Verdict>, error: Option<&LlmError>| {
             json!({
-                "trace_id": trace.trace_id, "status": status, "judge_model": Self::model_id(&self.config),
+                "trace_id": trace.trace_id, "status": status, "judge_model": identity,
+                "structured_output": mode,
                 "faithfulness": verdict.and_then(|v| v.faithfulness),
                 "answer_relevancy": verdict.and_then(|v| v.answer_relevancy),
                 "context_relevance": verdict.and_then(|v| v.context_relevance),
                 "details": verdict.map(|v| &v.details), "raw": log.raw, "usage": log.usage,
-                "calls": log.calls, "latency_ms": latency_ms,
+                "usage_unreported_calls": log.usage_unreported,
+                "calls": log.calls, "retries": log.retries, "part_failures": log.parts,
+                "error": error.map(ToString::to_string),
+                "budget_wait_ms": log.budget_wait.as_millis() as u64, "latency_ms": latency_ms,
             })
         };
         match result {
@@ -264,24 +513,45 @@ impl LlmJudge {
                         .and_then(clean_score),
                     details: json!({
                         "contexts_relevant": contexts,
-                        "judge_model": Self::model_id(&self.config),
+                        "judge_model": identity,
+                        "structured_output": mode,
                         "mode": self.config.faithfulness_mode,
                         "claims": claims,
                         "contradicted": count(ClaimVerdict::Contradicted),
                         "unsupported": count(ClaimVerdict::Unsupported),
                         "questions": questions,
+                        "part_failures": log.parts,
+                        "retries": log.retries,
                         "usage": log.usage,
                         "latency_ms": latency_ms,
+                        "budget_wait_ms": log.budget_wait.as_millis() as u64,
                     }),
                 };
-                self.write_record(&record("judged", Some(&verdict)));
-                self.cache.put(key, verdict.clone(), Instant::now());
+                self.write_record(&record("judged", Some(&verdict), None));
+                // A partial verdict is not cached: the same trace again gets a full try.
+                if log.parts.is_empty() {
+                    self.cache.put(key, verdict.clone(), Instant::now());
+                }
                 Ok(verdict)
             }
             Err(e) => {
-                self.write_record(&record(e.kind(), None));
+                self.write_record(&record(e.kind(), None, Some(&e)));
                 Err(e)
             }
+        }
+    }
+
+    /// Tokens and retries of `log` into the metrics.
+    fn count_spend(&self, log: &CallLog) {
+        let m = &self.metrics;
+        m.judge_tokens
+            .with_label_values(&["llm", "prompt"])
+            .inc_by(log.usage.prompt_tokens);
+        m.judge_tokens
+            .with_label_values(&["llm", "completion"])
+            .inc_by(log.usage.completion_tokens);
+        for reason in &log.retries {
+            m.judge_retries.with_label_values(&["llm", reason]).inc();
         }
     }
 
@@ -309,102 +579,130 @@ impl LlmJudge {
     async fn judge_uncached(
         &self,
         trace: &Trace,
-        deadline: tokio::time::Instant,
         log: &mut CallLog,
     ) -> Result<Judgement, LlmError> {
         let rate_contexts = self.config.context_relevance && !trace.contexts.is_empty();
-        let mut contexts = None;
-        let mut keep_context_verdicts = |out: &FaithfulnessOutput| -> Result<(), LlmError> {
-            if rate_contexts {
-                contexts = Some(
-                    out.context_verdicts(trace.contexts.len())
-                        .map_err(LlmError::Parse)?,
-                );
-            }
-            Ok(())
-        };
-        let claims = match self.config.faithfulness_mode {
-            FaithfulnessMode::OneCall => {
-                let out: FaithfulnessOutput = self
-                    .call(&Prompt::faithfulness(trace, rate_contexts), deadline, log)
-                    .await?;
-                keep_context_verdicts(&out)?;
-                out.claims
-            }
+        let out: Option<FaithfulnessOutput> = match self.config.faithfulness_mode {
+            FaithfulnessMode::OneCall => Some(
+                self.call(
+                    &Prompt::faithfulness(trace, rate_contexts),
+                    log,
+                    parse_faithfulness,
+                )
+                .await?,
+            ),
             FaithfulnessMode::TwoCall => {
                 let extracted: ClaimsOutput =
-                    self.call(&Prompt::claims(trace), deadline, log).await?;
+                    self.call(&Prompt::claims(trace), log, parse_output).await?;
                 let wanted: Vec<String> = extracted
                     .claims
                     .into_iter()
                     .filter(|c| !c.trim().is_empty())
                     .collect();
                 if wanted.is_empty() && !rate_contexts {
-                    Vec::new()
+                    None
                 } else {
-                    let verified: FaithfulnessOutput = self
-                        .call(
-                            &Prompt::verify(trace, &wanted, rate_contexts),
-                            deadline,
-                            log,
-                        )
-                        .await?;
-                    keep_context_verdicts(&verified)?;
-                    if verified.claims.len() != wanted.len() {
-                        return Err(LlmError::Parse(format!(
-                            "{} verdicts for {} claims",
-                            verified.claims.len(),
-                            wanted.len()
-                        )));
-                    }
-                    verified.claims
+                    let n = wanted.len();
+                    let verify = Prompt::verify(trace, &wanted, rate_contexts);
+                    Some(
+                        self.call(&verify, log, |content: &str| {
+                            let out = parse_faithfulness(content)?;
+                            if out.claims.len() == n {
+                                Ok(out)
+                            } else {
+                                Err(format!(
+                                    "{} verdicts for {n} claims: one per claim, in order",
+                                    out.claims.len()
+                                ))
+                            }
+                        })
+                        .await?,
+                    )
                 }
             }
         };
-        let claims: Vec<JudgedClaim> = claims
+        let contexts = match &out {
+            Some(out) if rate_contexts => match out.context_verdicts(trace.contexts.len()) {
+                Ok(v) => Some(v),
+                Err(p) => {
+                    log.part_failed("context_relevance", p.kind(), p.to_string());
+                    None
+                }
+            },
+            _ => None,
+        };
+        let claims: Vec<JudgedClaim> = out
+            .map(|o| o.claims)
+            .unwrap_or_default()
             .into_iter()
             .filter(|c| !c.claim.trim().is_empty())
             .collect();
-        let n = self.config.relevancy_questions;
-        let rel: RelevancyOutput = self
-            .call(&Prompt::relevancy(trace, n), deadline, log)
-            .await?;
-        let questions: Vec<_> = rel
-            .questions
-            .into_iter()
-            .filter(|q| !q.question.trim().is_empty())
-            .collect();
-        if questions.is_empty() {
-            return Err(LlmError::Parse("no generated questions".into()));
-        }
-        let score = if questions.iter().all(|q| q.noncommittal) {
-            Some(0.0)
-        } else {
-            let mut inputs: Vec<&str> = vec![trace.query.as_str()];
-            inputs.extend(questions.iter().map(|q| q.question.as_str()));
-            let estimate = inputs.iter().map(|s| s.len() as u64).sum::<u64>() / 3 + 16;
-            let charge = self
-                .budget
-                .try_charge(estimate, log.priority)
-                .ok_or(LlmError::Budget)?;
-            log.calls += 1;
-            let (vectors, usage) = self
-                .client
-                .embed(&inputs, deadline)
-                .await
-                .inspect_err(|e| self.refund_unbilled(charge, e))?;
-            self.budget.reconcile(charge, usage.total());
-            log.usage.prompt_tokens += usage.prompt_tokens;
-            let q = &vectors[0];
-            let cosines: Vec<f64> = vectors[1..].iter().map(|g| cosine(q, g)).collect();
-            clean_score(cosines.iter().sum::<f64>() / cosines.len() as f64)
+        let (relevancy, questions) = match self.relevancy(trace, log).await {
+            Ok(r) => r,
+            Err(e) => {
+                log.part_failed("answer_relevancy", e.part_reason(), e.to_string());
+                (None, Vec::new())
+            }
         };
         Ok(Judgement {
             claims,
             contexts,
-            relevancy: score,
+            relevancy,
             questions,
         })
+    }
+
+    /// Answer relevancy: the generated questions and the mean cosine of their embeddings with the
+    /// real question's. A question entry that is invalid is dropped and counted.
+    async fn relevancy(
+        &self,
+        trace: &Trace,
+        log: &mut CallLog,
+    ) -> Result<(Option<f64>, Vec<prompt::GeneratedQuestion>), LlmError> {
+        let n = self.config.relevancy_questions;
+        let rel = self
+            .call(&Prompt::relevancy(trace, n), log, parse_relevancy)
+            .await?;
+        for _ in 0..rel.invalid {
+            log.part_failed(
+                "answer_relevancy",
+                "invalid_question",
+                "a generated question that is not {question, noncommittal}, dropped".into(),
+            );
+        }
+        let questions = rel.questions;
+        if questions.iter().all(|q| q.noncommittal) {
+            return Ok((Some(0.0), questions));
+        }
+        let mut inputs: Vec<&str> = vec![trace.query.as_str()];
+        inputs.extend(questions.iter().map(|q| q.question.as_str()));
+        let estimate = inputs.iter().map(|s| s.len() as u64).sum::<u64>() / 3 + 16;
+        let charge = self.admit(estimate, log).await?;
+        log.calls += 1;
+        let mut tries = Tries::new(self.config.max_attempts);
+        let result = self.client.embed(&inputs, log.deadline, &mut tries).await;
+        log.retries.append(&mut tries.retries);
+        let (vectors, usage) = result.inspect_err(|e| self.refund_unbilled(charge, e))?;
+        self.bill(charge, usage, log);
+        self.check_dimension(vectors[0].len())?;
+        let q = &vectors[0];
+        let cosines: Vec<f64> = vectors[1..].iter().map(|g| cosine(q, g)).collect();
+        Ok((
+            clean_score(cosines.iter().sum::<f64>() / cosines.len() as f64),
+            questions,
+        ))
+    }
+
+    /// The first embeddings set the dimension; any other later is an error with a reason.
+    fn check_dimension(&self, dim: usize) -> Result<(), LlmError> {
+        match self
+            .dimension
+            .compare_exchange(0, dim, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(was) if was == dim => Ok(()),
+            Err(was) => Err(EmbeddingError::DimensionChanged { was, now: dim }.into()),
+        }
     }
 
     /// Gives a failed call's charge back when the provider cannot have billed it.
@@ -414,51 +712,145 @@ impl LlmJudge {
         }
     }
 
+    /// Reconciles a call's charge with its reported usage; without a report, the estimate stays
+    /// charged (the budget must not believe a call was free).
+    fn bill(&self, charge: Charge, usage: Option<Usage>, log: &mut CallLog) {
+        match usage {
+            Some(u) => {
+                self.budget.reconcile(charge, u.total());
+                log.usage.prompt_tokens += u.prompt_tokens;
+                log.usage.completion_tokens += u.completion_tokens;
+            }
+            None => log.usage_unreported += 1,
+        }
+    }
+
+    /// Passes the budget: at once or not at all live; in replay, waiting in arrival order for the
+    /// per-minute limits, the wait moving the trace's deadline.
+    async fn admit(&self, estimate: u64, log: &mut CallLog) -> Result<Charge, LlmError> {
+        let priority = match log.admission {
+            Admission::Skip { priority } => {
+                return self
+                    .budget
+                    .try_charge(estimate, priority)
+                    .ok_or(LlmError::Budget);
+            }
+            Admission::Wait => true,
+        };
+        let started = tokio::time::Instant::now();
+        let _turn = self.admission.lock().await;
+        let result = loop {
+            match self.budget.charge_or_wait(estimate, priority) {
+                Ok(c) => break Ok(c),
+                Err(Refusal::Never) => break Err(LlmError::Budget),
+                // A millisecond past the limiter's answer, so the retry is not a spin.
+                Err(Refusal::Later(d)) => {
+                    tokio::time::sleep(d + Duration::from_millis(1)).await;
+                }
+            }
+        };
+        let waited = started.elapsed();
+        log.budget_wait += waited;
+        log.deadline += waited;
+        result
+    }
+
     /// One chat call under the budget: charge an upper-bound estimate, call, reconcile with the
-    /// reported usage; a `length` finish is retried once with a limit sized to the answer.
-    async fn call<T: serde::de::DeserializeOwned>(
+    /// reported usage. A `length` finish is asked again once with a limit sized to the answer; a
+    /// reply `parse` rejects is asked again once (within `max_attempts` and the deadline) showing
+    /// the model its reply and the error; with `auto` still looking, a refused `response_format`
+    /// moves to the next mode.
+    async fn call<T>(
         &self,
         prompt: &Prompt,
-        deadline: tokio::time::Instant,
         log: &mut CallLog,
+        parse: impl Fn(&str) -> Result<T, String>,
     ) -> Result<T, LlmError> {
         let mut max_tokens = self.config.max_output_tokens;
-        for attempt in 0..2 {
-            let estimate = (prompt.system.len() + prompt.user.len()) as u64 / 3 + 32 + max_tokens;
-            let charge = self
-                .budget
-                .try_charge(estimate, log.priority)
-                .ok_or(LlmError::Budget)?;
+        let mut tries = Tries::new(self.config.max_attempts);
+        let mut repair: Option<(String, String)> = None;
+        let mut lengthened = false;
+        loop {
+            let mode = self.mode.current();
+            let request = ChatRequest {
+                system: &prompt.system,
+                user: &prompt.user,
+                schema_name: prompt.schema_name,
+                schema: &prompt.schema,
+                grammar_schema: &prompt.grammar_schema,
+                shape: &prompt.shape,
+                repair: repair.as_ref().map(|(r, e)| (r.as_str(), e.as_str())),
+                max_tokens,
+            };
+            let sent = prompt.system.len()
+                + prompt.user.len()
+                + prompt.shape.len()
+                + repair.as_ref().map_or(0, |(r, e)| r.len() + e.len());
+            let estimate = sent as u64 / 3 + 32 + max_tokens;
+            let charge = self.admit(estimate, log).await?;
             log.calls += 1;
-            let out = self
+            log.mode = Some(mode);
+            let result = self
                 .client
-                .chat(
-                    &prompt.system,
-                    &prompt.user,
-                    prompt.schema_name,
-                    &prompt.schema,
-                    max_tokens,
-                    deadline,
-                )
-                .await
-                .inspect_err(|e| self.refund_unbilled(charge, e))?;
-            self.budget.reconcile(charge, out.usage.total());
-            log.usage.prompt_tokens += out.usage.prompt_tokens;
-            log.usage.completion_tokens += out.usage.completion_tokens;
-            log.raw.push(out.content.clone());
-            if out.finish_reason == "length" {
-                if attempt == 0 {
-                    // Once more, with room for what this answer needs (at least twice the limit,
-                    // at most eight times the configured one).
-                    let ceiling = self.config.max_output_tokens.saturating_mul(8);
-                    max_tokens = (max_tokens * 2).max(prompt.output_hint * 2).min(ceiling);
+                .chat(&request, mode, log.deadline, &mut tries)
+                .await;
+            log.retries.append(&mut tries.retries);
+            let out = match result {
+                Ok(out) => out,
+                Err(LlmError::FormatRejected { .. }) if self.mode.fall_back(mode) => {
+                    self.budget.reconcile(charge, 0);
+                    log.retries.push("format_fallback");
                     continue;
                 }
-                return Err(LlmError::Truncated);
+                Err(e) => {
+                    self.refund_unbilled(charge, &e);
+                    if let LlmError::FormatRejected { mode, .. } = &e {
+                        tracing::warn!(
+                            mode = mode_name(*mode),
+                            "the judge server refuses llm.structured_output; set it to auto or to a mode the server takes"
+                        );
+                    }
+                    return Err(e);
+                }
+            };
+            self.confirm_mode(mode, "first answer");
+            self.bill(charge, out.usage, log);
+            log.raw.push(out.content.clone());
+            if out.finish_reason == "length" {
+                if lengthened {
+                    return Err(LlmError::Truncated);
+                }
+                // Once more, with room for what this answer needs (at least twice the limit,
+                // at most eight times the configured one).
+                lengthened = true;
+                let ceiling = self.config.max_output_tokens.saturating_mul(8);
+                max_tokens = (max_tokens * 2).max(prompt.output_hint * 2).min(ceiling);
+                log.retries.push("truncated");
+                continue;
             }
-            return parse_output(&out.content).map_err(LlmError::Parse);
+            match parse(&out.content) {
+                Ok(v) => return Ok(v),
+                Err(error)
+                    if repair.is_none()
+                        && tries.left > 0
+                        && tokio::time::Instant::now() < log.deadline =>
+                {
+                    log.retries.push("malformed");
+                    repair = Some((out.content, error));
+                }
+                Err(error) => return Err(LlmError::Parse(error)),
+            }
         }
-        Err(LlmError::Truncated)
+    }
+}
+
+/// Exports `mode` as the one in use.
+fn publish_mode(metrics: &Metrics, mode: StructuredOutput) {
+    for m in CHAIN {
+        metrics
+            .judge_structured_output
+            .with_label_values(&[mode_name(m)])
+            .set(i64::from(m == mode));
     }
 }
 
