@@ -234,5 +234,5 @@ fn a_killed_static_member_resumes_within_5_s_of_its_restart() {
     assert_eq!(m.sum("ragwatch_kafka_assigned_partitions", &[]), 3.0);
     assert_eq!(m.sum("ragwatch_kafka_without_partitions", &[]), 0.0);
     assert_eq!(m.sum("ragwatch_kafka_topic_partitions", &[]), 3.0);
-    assert_eq!(m.sum("ragwatch_kafka_session_timeout_seconds", &[]), 10.0);
+    assert_eq!(m.sum("ragwatch_kafka_session_timeout_seconds", &[]), 30.0);
 }

@@ -5,7 +5,7 @@
 //! code). Three members in a row live about 3 s each and are killed with SIGKILL; then a fourth
 //! starts, and the time from its start to its first assignment of at least one partition is
 //! measured, watched for up to 150 s. Each kind runs with librdkafka's default session (45 s,
-//! heartbeat 3 s), a short one (6 s, heartbeat 500 ms), ragwatch's defaults (10 s, 1 s), and with
+//! heartbeat 3 s), a short one (6 s, heartbeat 500 ms), 10 s with a 1 s heartbeat, and with
 //! static membership (every run the same `group.instance.id`, as a restarted pod has).
 //! `RAGWATCH_BIN=path` runs another ragwatch build; `RESTART_STALL_KINDS=ragwatch,rdkafka,aiokafka`
 //! and `RESTART_STALL_ROWS=0,2` pick kinds and settings.
@@ -235,7 +235,7 @@ fn stall_after_kill_9_by_consumer_kind() {
             instance_id: None,
         },
         Settings {
-            name: "session 10 s, heartbeat 1 s (ragwatch's defaults)",
+            name: "session 10 s, heartbeat 1 s",
             session_ms: 10_000,
             heartbeat_ms: 1_000,
             instance_id: None,

@@ -602,12 +602,16 @@ fn default_commit_interval_ms() -> u64 {
 fn default_stats_interval_ms() -> u64 {
     5000
 }
-// A sidecar restarts in well under a second, and Kubernetes restarts a crashed container at once
-// the first time: 10 s covers that, and bounds how long a vanished replica's partitions go unread
-// (librdkafka's 45 s default is meant for heavier consumers). Brokers refuse less than 6 s.
+// With static membership a restarted sidecar keeps its partitions if it is back within the session:
+// 30 s covers the first restarts of a crash loop (Kubernetes waits 10 s, then 20 s) and rides out broker
+// or network blips shorter than that without a rebalance (Kafka raised its own default from 10 s to
+// 45 s for the blips, KIP-735), while a replica that leaves for good (a rolling update renames the pod)
+// holds its partitions 30 s rather than 45. Brokers refuse less than 6 s.
 fn default_session_timeout_ms() -> u64 {
-    10_000
+    30_000
 }
+// Members hear of a rebalance at their next heartbeat, so the whole group waits for the slowest: 1 s
+// keeps rebalances short, at one small request a second per replica.
 fn default_heartbeat_interval_ms() -> u64 {
     1_000
 }
@@ -1315,7 +1319,7 @@ mod tests {
     #[test]
     fn group_instance_id_defaults_to_the_pod_name() {
         let c = Config::from_toml_with_env("", &env(&[])).unwrap();
-        assert_eq!(c.kafka.session_timeout_ms, 10_000);
+        assert_eq!(c.kafka.session_timeout_ms, 30_000);
         assert_eq!(c.kafka.heartbeat_interval_ms, 1_000);
         let k = &c.kafka;
         assert_eq!(k.effective_group_instance_id(&env(&[])), None);
@@ -1359,7 +1363,7 @@ mod tests {
                 "kafka.session_timeout_ms",
             ),
             (
-                "[kafka]\nheartbeat_interval_ms = 10000\n",
+                "[kafka]\nheartbeat_interval_ms = 30000\n",
                 "kafka.heartbeat_interval_ms",
             ),
             (
