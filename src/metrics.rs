@@ -140,6 +140,15 @@ pub struct Metrics {
     pub kafka_partitions: IntGauge,
     /// Brokers librdkafka sees as up.
     pub kafka_brokers_up: IntGauge,
+    /// Seconds since this replica's partition assignment last changed (since start before the first).
+    pub kafka_assignment_age: Gauge,
+    /// 1 while this replica holds no partition though its topics have some (a spare replica, or
+    /// one the group leaves out: the fleet's metrics together tell which).
+    pub kafka_without_partitions: IntGauge,
+    /// Partitions of the subscribed topics: what the group shares.
+    pub kafka_topic_partitions: IntGauge,
+    /// The consumer's session timeout: how long the group waits for a silent member.
+    pub kafka_session_timeout: Gauge,
     /// Seconds since the source last delivered a message.
     pub source_idle_seconds: Gauge,
     /// Build and judge identity; value 1.
@@ -508,6 +517,34 @@ impl Metrics {
                 IntGauge::new(
                     "ragwatch_kafka_brokers_up",
                     "Brokers librdkafka reports as UP.",
+                ),
+            ),
+            kafka_assignment_age: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_kafka_assignment_age_seconds",
+                    "Seconds since this replica's partition assignment last changed (since start before the first).",
+                ),
+            ),
+            kafka_without_partitions: single(
+                &r,
+                IntGauge::new(
+                    "ragwatch_kafka_without_partitions",
+                    "1 while this replica holds no partition though its subscribed topics have some.",
+                ),
+            ),
+            kafka_topic_partitions: single(
+                &r,
+                IntGauge::new(
+                    "ragwatch_kafka_topic_partitions",
+                    "Partitions of the subscribed topics, shared by the consumer group.",
+                ),
+            ),
+            kafka_session_timeout: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_kafka_session_timeout_seconds",
+                    "The consumer group session timeout: how long the group waits for a silent member.",
                 ),
             ),
             source_idle_seconds: single(

@@ -54,6 +54,20 @@ fn start_ragwatch(bootstrap: &str, topic: &str, extra: &[(&'static str, &str)]) 
     Ragwatch::start(config, &env)
 }
 
+/// Keeps an outage going for `d`, checking all the while that ragwatch stays live: a broker outage
+/// is not a reason for Kubernetes to restart it.
+fn stays_live_for(rw: &Ragwatch, d: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < d {
+        assert_eq!(
+            http_get(rw.addr, "/livez").map(|(code, _)| code),
+            Some(200),
+            "a broker outage is not a reason to restart ragwatch"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 fn received(rw: &Ragwatch) -> Option<f64> {
     rw.metrics()
         .map(|m| m.sum("ragwatch_traces_received_total", &[]))
@@ -102,7 +116,7 @@ fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
         outage.sum("ragwatch_traces_received_total", &[]),
         outage.sum("ragwatch_kafka_errors_total", &[])
     );
-    std::thread::sleep(Duration::from_secs(5));
+    stays_live_for(&rw, Duration::from_secs(5));
     eprintln!("brokers up at {:?}", t0.elapsed());
 
     // The brokers come back: ragwatch reconnects by itself and catches up, with more traffic on top.
@@ -168,7 +182,7 @@ fn a_killed_broker_process_is_reconnected_to_after_restart() {
         Some(200),
         "a broker outage is not a reason to restart ragwatch"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    stays_live_for(&rw, Duration::from_secs(3));
 
     let broker = Broker::start_persistent(port, &store);
     produce(&broker.brokers(), &topic, &traces[400..]);
@@ -177,8 +191,10 @@ fn a_killed_broker_process_is_reconnected_to_after_restart() {
         Duration::from_secs(120),
         || received(&rw).filter(|n| *n >= 600.0),
     );
-    std::thread::sleep(Duration::from_secs(2));
-    let m = rw.metrics().unwrap();
+    let m = wait_for("a broker seen up again", Duration::from_secs(30), || {
+        rw.metrics()
+            .filter(|m| m.sum("ragwatch_kafka_brokers_up", &[]) >= 1.0)
+    });
     let total = m.sum("ragwatch_traces_received_total", &[]);
     eprintln!(
         "received {} before the outage was seen, {total} in all ({} read twice)",

@@ -450,14 +450,8 @@ fn kill_9_during_assembly_accounts_for_every_trace() {
         ),
     );
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &group);
-    env.push((
-        "RAGWATCH__KAFKA__PROPERTIES__SESSION.TIMEOUT.MS",
-        "6000".into(),
-    ));
-    env.push((
-        "RAGWATCH__KAFKA__PROPERTIES__HEARTBEAT.INTERVAL.MS",
-        "500".into(),
-    ));
+    env.push(("RAGWATCH__KAFKA__SESSION_TIMEOUT_MS", "6000".into()));
+    env.push(("RAGWATCH__KAFKA__HEARTBEAT_INTERVAL_MS", "500".into()));
     let committed = || -> i64 {
         use rdkafka::consumer::{BaseConsumer, Consumer};
         let c: BaseConsumer = ClientConfig::new()

@@ -194,6 +194,20 @@ pub struct KafkaConfig {
     /// How often librdkafka reports statistics (consumer lag per partition).
     #[serde(default = "default_stats_interval_ms")]
     pub stats_interval_ms: u64,
+    /// Static group membership (KIP-345): this replica's stable name in the group, so a restarted
+    /// process takes its partitions back at once, without a rebalance, if it returns within
+    /// `session_timeout_ms`. Absent: `$POD_NAME`, else `$HOSTNAME`, when set; empty: dynamic
+    /// membership. Two live processes must never share one (the broker fences the older).
+    #[serde(default)]
+    pub group_instance_id: Option<String>,
+    /// How long the group waits for a silent member before moving its partitions to the others:
+    /// the longest a dead replica's partitions go unread, and how long a restart may take without
+    /// a rebalance under static membership.
+    #[serde(default = "default_session_timeout_ms")]
+    pub session_timeout_ms: u64,
+    /// How often the member tells the group it is alive, and so how soon it learns of a rebalance.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
     /// Any librdkafka property, passed through verbatim (TLS, SASL mechanism, fetch sizes...).
     /// Secrets such as `sasl.password` must come from `KAFKA_SASL_PASSWORD` instead.
     #[serde(default)]
@@ -201,6 +215,36 @@ pub struct KafkaConfig {
     /// Environment variable holding the SASL password, if any.
     #[serde(default = "default_sasl_password_env")]
     pub sasl_password_env: String,
+}
+
+impl KafkaConfig {
+    /// The static member name to use: `group_instance_id` when set (empty: none), else the first
+    /// of `$POD_NAME` and `$HOSTNAME` that is set and valid. `env` is the process environment.
+    pub fn effective_group_instance_id(&self, env: &HashMap<String, String>) -> Option<String> {
+        match &self.group_instance_id {
+            Some(id) => Some(id.clone()).filter(|id| !id.is_empty()),
+            None => ["POD_NAME", "HOSTNAME"]
+                .iter()
+                .filter_map(|var| env.get(*var))
+                .find(|v| !v.is_empty() && Self::check_group_instance_id(v).is_ok())
+                .cloned(),
+        }
+    }
+
+    /// Kafka's rule for a `group.instance.id`: at most 249 of `[A-Za-z0-9._-]`, not `.` or `..`.
+    /// Empty means dynamic membership and passes.
+    pub fn check_group_instance_id(id: &str) -> Result<(), String> {
+        let legal = id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if id.len() > 249 || !legal || id == "." || id == ".." {
+            Err(format!(
+                "`{id}` is not a Kafka group instance id (at most 249 of A-Z a-z 0-9 . _ -)"
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Limits and field mapping for decoding.
@@ -592,6 +636,19 @@ fn default_commit_interval_ms() -> u64 {
 fn default_stats_interval_ms() -> u64 {
     5000
 }
+// With static membership a restarted sidecar keeps its partitions if it is back within the session:
+// 30 s covers the first restarts of a crash loop (Kubernetes waits 10 s, then 20 s) and rides out broker
+// or network blips shorter than that without a rebalance (Kafka raised its own default from 10 s to
+// 45 s for the blips, KIP-735), while a replica that leaves for good (a rolling update renames the pod)
+// holds its partitions 30 s rather than 45. Brokers refuse less than 6 s.
+fn default_session_timeout_ms() -> u64 {
+    30_000
+}
+// Members hear of a rebalance at their next heartbeat, so the whole group waits for the slowest: 1 s
+// keeps rebalances short, at one small request a second per replica.
+fn default_heartbeat_interval_ms() -> u64 {
+    1_000
+}
 fn default_sasl_password_env() -> String {
     "KAFKA_SASL_PASSWORD".into()
 }
@@ -854,6 +911,22 @@ impl Config {
                 p.add("kafka.group_id", "must not be empty");
             }
         }
+        if let Some(id) = &self.kafka.group_instance_id
+            && let Err(e) = KafkaConfig::check_group_instance_id(id)
+        {
+            p.add("kafka.group_instance_id", e);
+        }
+        if self.kafka.session_timeout_ms == 0 {
+            p.add("kafka.session_timeout_ms", "must be > 0");
+        }
+        if self.kafka.heartbeat_interval_ms == 0
+            || self.kafka.heartbeat_interval_ms >= self.kafka.session_timeout_ms
+        {
+            p.add(
+                "kafka.heartbeat_interval_ms",
+                "must be > 0 and below kafka.session_timeout_ms (a third of it or less is usual)",
+            );
+        }
         for key in self.kafka.properties.keys() {
             let field = format!("kafka.properties.{key}");
             if key.contains("password") || key.contains("secret") {
@@ -867,6 +940,15 @@ impl Config {
             }
             if key == "enable.auto.offset.store" || key == "group.id" {
                 p.add(&field, "is managed by ragwatch");
+            }
+            let own_key = match key.as_str() {
+                "group.instance.id" => Some("group_instance_id"),
+                "session.timeout.ms" => Some("session_timeout_ms"),
+                "heartbeat.interval.ms" => Some("heartbeat_interval_ms"),
+                _ => None,
+            };
+            if let Some(own) = own_key {
+                p.add(&field, format!("is set by kafka.{own}"));
             }
         }
         for (field, v) in [
@@ -1273,6 +1355,70 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("sasl.password"), "{e}");
+    }
+
+    #[test]
+    fn group_instance_id_defaults_to_the_pod_name() {
+        let c = Config::from_toml_with_env("", &env(&[])).unwrap();
+        assert_eq!(c.kafka.session_timeout_ms, 30_000);
+        assert_eq!(c.kafka.heartbeat_interval_ms, 1_000);
+        let k = &c.kafka;
+        assert_eq!(k.effective_group_instance_id(&env(&[])), None);
+        let pod = env(&[("POD_NAME", "rag-7f9c-x2k9p"), ("HOSTNAME", "node-1")]);
+        assert_eq!(
+            k.effective_group_instance_id(&pod).as_deref(),
+            Some("rag-7f9c-x2k9p")
+        );
+        let host = env(&[("HOSTNAME", "node-1")]);
+        assert_eq!(
+            k.effective_group_instance_id(&host).as_deref(),
+            Some("node-1")
+        );
+        // A name Kafka would refuse is skipped rather than making the consumer fail.
+        let odd = env(&[("POD_NAME", "a b"), ("HOSTNAME", "node-1")]);
+        assert_eq!(
+            k.effective_group_instance_id(&odd).as_deref(),
+            Some("node-1")
+        );
+        // Set explicitly, it wins; set empty, membership is dynamic whatever the environment.
+        let c = Config::from_toml_with_env("", &env(&[("RAGWATCH__KAFKA__GROUP_INSTANCE_ID", "")]))
+            .unwrap();
+        assert_eq!(c.kafka.effective_group_instance_id(&pod), None);
+        let c = Config::from_toml_with_env("[kafka]\ngroup_instance_id = \"rw-0\"\n", &env(&[]))
+            .unwrap();
+        assert_eq!(
+            c.kafka.effective_group_instance_id(&pod).as_deref(),
+            Some("rw-0")
+        );
+    }
+
+    #[test]
+    fn group_membership_settings_are_checked() {
+        for (toml, field) in [
+            (
+                "[kafka]\ngroup_instance_id = \"a/b\"\n",
+                "kafka.group_instance_id",
+            ),
+            (
+                "[kafka]\nsession_timeout_ms = 0\n",
+                "kafka.session_timeout_ms",
+            ),
+            (
+                "[kafka]\nheartbeat_interval_ms = 30000\n",
+                "kafka.heartbeat_interval_ms",
+            ),
+            (
+                "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n",
+                "kafka.properties.session.timeout.ms",
+            ),
+            (
+                "[kafka.properties]\n\"group.instance.id\" = \"x\"\n",
+                "kafka.properties.group.instance.id",
+            ),
+        ] {
+            let e = Config::from_toml_with_env(toml, &env(&[])).unwrap_err();
+            assert!(e.to_string().contains(field), "{toml}: {e}");
+        }
     }
 
     #[test]

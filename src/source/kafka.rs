@@ -2,14 +2,32 @@
 //!
 //! Offsets: `enable.auto.offset.store=false`. An offset is stored (and then committed by librdkafka's
 //! periodic auto-commit) only when its message and all earlier ones of the partition are accounted
-//! for ([`OffsetTracker`]). Rebalance protocol, as the callbacks below implement it:
-//! - before partitions are revoked, the stored offsets are committed synchronously, so the next owner
-//!   starts after what this replica accounted for; the tracker forgets the partitions, and any judge
-//!   work still in flight for them will be redelivered to the new owner (at-least-once);
-//! - after partitions are assigned, the loop starts tracking them from their first message.
+//! for ([`OffsetTracker`]).
 //!
-//! The callbacks run synchronously inside `recv()`, so they only count, commit, and hand events over a
-//! channel to the loop.
+//! Membership: static (KIP-345) when a `group.instance.id` is known (`kafka.group_instance_id`, else
+//! `$POD_NAME`, else `$HOSTNAME`): a restarted process rejoins under the same name and gets its
+//! partitions back without a rebalance, if it returns within `session_timeout_ms`. A static member
+//! does not leave the group when it stops, so a replica that is gone for good keeps its partitions
+//! unread until its session expires; a dynamic one leaves on a clean stop but, killed, holds them
+//! just as long and comes back as a stranger.
+//!
+//! # Rebalance protocol
+//! librdkafka serves a rebalance inside `recv()`, that is on the task running the loop below, a
+//! tokio worker thread: `pre_rebalance`, then assign or unassign, then `post_rebalance`. Whatever
+//! these callbacks wait for, the worker waits for, so they do no I/O: they log, drop the lag series
+//! of revoked partitions, and send an [`Assignment`] to the loop.
+//! 1. Revoke. The loop stores offsets as traces are accounted for, and it is the loop that is inside
+//!    `recv()`, so everything accounted for is already stored when the callback runs. After it
+//!    returns, librdkafka unassigns the partitions and, `enable.auto.commit` being on, commits their
+//!    stored offsets itself; it does not rejoin the group before that commit completes. So the next
+//!    owner starts after what this replica accounted for, and no commit runs in the callback. The
+//!    loop then forgets the partitions: judge work still in flight for them is redelivered to the
+//!    next owner (at-least-once) and its late acks are ignored.
+//! 2. Assign. The loop tracks the partitions afresh, from the committed offset. A blocking task
+//!    (`spawn_blocking`) asks the broker how many partitions the topics have; when the answer comes
+//!    back the loop sets the judge budget share (held / all) and `ragwatch_kafka_topic_partitions`.
+//! 3. Shutdown. The final synchronous commit and the consumer's close (which leaves the group when
+//!    membership is dynamic) run on a blocking thread too.
 //!
 //! With OTLP formats a message holds spans of several traces and a trace's spans may sit in several
 //! messages ([`super::SpanIngest`]): a message counts as accounted for only when every trace with
@@ -17,9 +35,9 @@
 //! or the sampled judge). Spans of one trace on different partitions join only within one
 //! consumer: keep a trace on one partition (the Collector's `partition_traces_by_id`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
@@ -42,49 +60,82 @@ use crate::pipeline::{Disposition, Position};
 
 static ERROR_LOG: LogLimiter = LogLimiter::new();
 
-/// A partition change the loop must apply to its tracker.
+/// How long a metadata request may take (on a blocking thread, never a runtime worker).
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A partition change the loop must apply, sent by the rebalance callbacks.
 #[derive(Debug)]
 enum Assignment {
     Revoked(Vec<(String, i32)>),
     Assigned(Vec<(String, i32)>),
 }
 
-/// Client context: counts, commits on revoke, forwards assignment changes.
+type Source = StreamConsumer<SourceContext>;
+
+/// Client context: counts, and forwards assignment changes. No I/O (see the rebalance protocol).
 struct SourceContext {
     metrics: Arc<Metrics>,
     assignment_tx: mpsc::UnboundedSender<Assignment>,
-    topics: Vec<String>,
-    budget: Option<Arc<Budget>>,
 }
 
-impl SourceContext {
-    /// The judge budget is for the fleet: this replica spends the share of partitions it holds.
-    fn update_share(&self, consumer: &BaseConsumer<Self>, held: usize) {
-        let mut total = 0usize;
-        for topic in &self.topics {
-            match consumer.fetch_metadata(Some(topic), Duration::from_secs(2)) {
-                Ok(md) => {
-                    total += md
-                        .topics()
-                        .iter()
-                        .map(|t| t.partitions().len())
-                        .sum::<usize>()
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, topic, "cannot read partition count; keeping budget share");
-                    return;
-                }
-            }
+/// What the loop knows of this replica's place in the group: the partitions it holds and since
+/// when, and how many there are to share.
+#[derive(Debug)]
+struct Membership {
+    held: HashSet<(String, i32)>,
+    changed: Instant,
+    /// Partitions of the subscribed topics, once the broker has said.
+    topic_partitions: Option<usize>,
+}
+
+impl Membership {
+    fn new(now: Instant) -> Self {
+        Self {
+            held: HashSet::new(),
+            changed: now,
+            topic_partitions: None,
         }
-        if total == 0 {
-            return;
+    }
+
+    /// A rebalance handed these partitions over: all of this member's share with the eager
+    /// assignors (librdkafka's default), the new ones with cooperative-sticky.
+    fn assigned(&mut self, list: &[(String, i32)], now: Instant) {
+        self.held.extend(list.iter().cloned());
+        self.changed = now;
+    }
+
+    fn revoked(&mut self, list: &[(String, i32)], now: Instant) {
+        for p in list {
+            self.held.remove(p);
         }
-        let share = held as f64 / total as f64;
-        self.metrics.budget_share.set(share);
-        if let Some(b) = &self.budget {
-            b.set_share(share);
+        self.changed = now;
+    }
+
+    /// Holding nothing while the topics have partitions. Normal for a spare replica (more
+    /// replicas than partitions); a problem when nobody alive holds them, which only the fleet's
+    /// metrics together can tell (the `RagwatchReplicaWithoutPartitions` alert).
+    fn without_partitions(&self) -> bool {
+        self.held.is_empty() && self.topic_partitions.is_some_and(|n| n > 0)
+    }
+
+    /// The share of the topics' partitions this replica holds, once their number is known.
+    fn share(&self) -> Option<f64> {
+        self.topic_partitions
+            .filter(|&n| n > 0)
+            .map(|n| self.held.len() as f64 / n as f64)
+    }
+
+    fn publish(&self, metrics: &Metrics, now: Instant) {
+        metrics.kafka_partitions.set(self.held.len() as i64);
+        metrics
+            .kafka_assignment_age
+            .set(now.saturating_duration_since(self.changed).as_secs_f64());
+        metrics
+            .kafka_without_partitions
+            .set(i64::from(self.without_partitions()));
+        if let Some(n) = self.topic_partitions {
+            metrics.kafka_topic_partitions.set(n as i64);
         }
-        tracing::info!(held, total, share, "judge budget share");
     }
 }
 
@@ -131,14 +182,11 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let revoked = partitions(tpl);
+            // The commit itself is librdkafka's, on unassign (see the rebalance protocol above).
             tracing::info!(partitions = ?revoked, "partitions revoked: committing stored offsets");
-            match consumer.commit_consumer_state(CommitMode::Sync) {
-                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-                Err(e) => tracing::warn!(error = %e, "commit on revoke failed"),
-            }
             for (topic, partition) in &revoked {
                 let _ = self
                     .metrics
@@ -149,15 +197,16 @@ impl ConsumerContext for SourceContext {
         }
     }
 
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            let assigned = partitions(tpl);
-            tracing::info!(partitions = ?assigned, "partitions assigned");
-            let _ = self.assignment_tx.send(Assignment::Assigned(assigned));
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let assigned = partitions(tpl);
+                tracing::info!(partitions = ?assigned, "partitions assigned");
+                let _ = self.assignment_tx.send(Assignment::Assigned(assigned));
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
+            Rebalance::Revoke(_) => {}
         }
-        let held = consumer.assignment().map(|a| a.count()).unwrap_or(0);
-        self.metrics.kafka_partitions.set(held as i64);
-        self.update_share(consumer, held);
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
@@ -202,6 +251,72 @@ pub fn client_config(config: &KafkaConfig, env: &HashMap<String, String>) -> Cli
     c
 }
 
+/// [`client_config`] plus the group membership settings, which only a consumer takes.
+fn consumer_config(
+    config: &KafkaConfig,
+    instance_id: Option<&str>,
+    env: &HashMap<String, String>,
+) -> ClientConfig {
+    let mut c = client_config(config, env);
+    c.set("session.timeout.ms", config.session_timeout_ms.to_string())
+        .set(
+            "heartbeat.interval.ms",
+            config.heartbeat_interval_ms.to_string(),
+        );
+    if let Some(id) = instance_id {
+        c.set("group.instance.id", id);
+    }
+    c
+}
+
+/// Asks the broker, on a blocking thread, how many partitions `topics` have; the answer goes to
+/// `tx`. `fetch_metadata` waits on the network, which a runtime worker must never do.
+fn count_partitions(
+    consumer: &Arc<Source>,
+    topics: &[String],
+    tx: &mpsc::UnboundedSender<KafkaResult<usize>>,
+) {
+    let (consumer, topics, tx) = (Arc::clone(consumer), topics.to_vec(), tx.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut total = 0;
+        for topic in &topics {
+            match consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT) {
+                Ok(md) => {
+                    total += md
+                        .topics()
+                        .iter()
+                        .map(|t| t.partitions().len())
+                        .sum::<usize>()
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(Ok(total));
+    });
+}
+
+/// The judge budget is for the fleet: this replica spends the share of partitions it holds.
+fn apply_share(membership: &Membership, metrics: &Metrics, budget: Option<&Budget>) {
+    let Some(share) = membership.share() else {
+        return;
+    };
+    if (metrics.budget_share.get() - share).abs() > 1e-9 {
+        tracing::info!(
+            held = membership.held.len(),
+            total = membership.topic_partitions,
+            share,
+            "judge budget share"
+        );
+    }
+    metrics.budget_share.set(share);
+    if let Some(b) = budget {
+        b.set_share(share);
+    }
+}
+
 /// Runs the consumer until `stop`; then stops consuming, waits for the sampled judge's acks (the
 /// caller bounds that by cancelling the judge pool at the grace deadline), stores and commits.
 pub async fn run_kafka_source<I: Ingest>(
@@ -217,17 +332,28 @@ pub async fn run_kafka_source<I: Ingest>(
     let context = SourceContext {
         metrics: Arc::clone(&metrics),
         assignment_tx,
-        topics: config.topics.clone(),
-        budget,
     };
-    let consumer: StreamConsumer<SourceContext> = client_config(config, env)
-        .create_with_context(context)
-        .map_err(|e| SourceError::Kafka(e.to_string()))?;
+    let instance_id = config.effective_group_instance_id(env);
+    let consumer: Arc<Source> = Arc::new(
+        consumer_config(config, instance_id.as_deref(), env)
+            .create_with_context(context)
+            .map_err(|e| SourceError::Kafka(e.to_string()))?,
+    );
     let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
     consumer
         .subscribe(&topics)
         .map_err(|e| SourceError::Kafka(e.to_string()))?;
-    tracing::info!(brokers = %config.brokers, topics = ?topics, group = %config.group_id, "kafka source started");
+    metrics
+        .kafka_session_timeout
+        .set(config.session_timeout_ms as f64 / 1000.0);
+    tracing::info!(
+        brokers = %config.brokers,
+        topics = ?topics,
+        group = %config.group_id,
+        instance = instance_id.as_deref().unwrap_or("(dynamic membership)"),
+        session_timeout_ms = config.session_timeout_ms,
+        "kafka source started"
+    );
 
     let topic_index = |name: &str| config.topics.iter().position(|t| t == name).unwrap_or(0);
     let mut tracker = OffsetTracker::new();
@@ -237,29 +363,58 @@ pub async fn run_kafka_source<I: Ingest>(
             tracing::debug!(error = %e, topic, partition, "store_offset failed (partition revoked?)");
         }
     };
+    let mut membership = Membership::new(Instant::now());
+    let (count_tx, mut count_rx) = mpsc::unbounded_channel();
+    count_partitions(&consumer, &config.topics, &count_tx);
+    let mut counting = true;
+    let mut count_stale = false;
     let mut received = 0u64;
-    let mut last_message = std::time::Instant::now();
-    let mut idle_tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut fatal = None;
+    let mut last_message = Instant::now();
+    let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
     // Span assembly's idle timeouts are checked this often (a no-op for native traces).
-    let mut assembly_tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    let mut assembly_tick = tokio::time::interval(Duration::from_millis(200));
     assembly_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut released: Vec<Position> = Vec::new();
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            Some(change) = assignment_rx.recv() => match change {
-                Assignment::Revoked(list) => {
-                    for (t, p) in list {
-                        tracker.forget(topic_index(&t), p);
-                        pipeline.forget(topic_index(&t), p);
+            Some(change) = assignment_rx.recv() => {
+                let now = Instant::now();
+                match change {
+                    Assignment::Revoked(list) => {
+                        for (t, p) in &list {
+                            tracker.forget(topic_index(t), *p);
+                            pipeline.forget(topic_index(t), *p);
+                        }
+                        membership.revoked(&list, now);
+                    }
+                    // A fresh assignment starts from the committed offset: no state carries over.
+                    Assignment::Assigned(list) => {
+                        for (t, p) in &list {
+                            tracker.forget(topic_index(t), *p);
+                            pipeline.forget(topic_index(t), *p);
+                        }
+                        membership.assigned(&list, now);
+                        // The topics may have grown (which is what makes the group rebalance).
+                        count_stale = true;
                     }
                 }
-                // A fresh assignment starts from the committed offset: no state carries over.
-                Assignment::Assigned(list) => {
-                    for (t, p) in list {
-                        tracker.forget(topic_index(&t), p);
-                        pipeline.forget(topic_index(&t), p);
+                membership.publish(&metrics, now);
+                apply_share(&membership, &metrics, budget.as_deref());
+            },
+            Some(count) = count_rx.recv() => {
+                counting = false;
+                match count {
+                    Ok(n) => {
+                        membership.topic_partitions = Some(n);
+                        membership.publish(&metrics, Instant::now());
+                        apply_share(&membership, &metrics, budget.as_deref());
+                    }
+                    Err(e) => {
+                        count_stale = true;
+                        tracing::warn!(error = %e, "cannot read the topics' partition count; keeping budget share");
                     }
                 }
             },
@@ -271,9 +426,6 @@ pub async fn run_kafka_source<I: Ingest>(
                     }
                 }
             }
-            _ = idle_tick.tick() => {
-                metrics.source_idle_seconds.set(last_message.elapsed().as_secs_f64());
-            }
             _ = assembly_tick.tick() => {
                 pipeline.tick(&mut released);
                 for pos in released.drain(..) {
@@ -282,10 +434,19 @@ pub async fn run_kafka_source<I: Ingest>(
                     }
                 }
             }
+            _ = idle_tick.tick() => {
+                metrics.source_idle_seconds.set(last_message.elapsed().as_secs_f64());
+                membership.publish(&metrics, Instant::now());
+                if count_stale && !counting {
+                    count_stale = false;
+                    counting = true;
+                    count_partitions(&consumer, &config.topics, &count_tx);
+                }
+            }
             msg = consumer.recv() => match msg {
                 Ok(m) => {
                     received += 1;
-                    last_message = std::time::Instant::now();
+                    last_message = Instant::now();
                     let pos = Position { topic: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
                     let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut released) == Disposition::Done;
                     if let Some(upto) = tracker.received(pos.topic, pos.partition, pos.offset, done) {
@@ -298,6 +459,12 @@ pub async fn run_kafka_source<I: Ingest>(
                         }
                     }
                 }
+                // The client cannot go on (another live member took this group.instance.id, say).
+                Err(KafkaError::MessageConsumptionFatal(code)) => {
+                    metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                    fatal = Some(code);
+                    break;
+                }
                 Err(e) => {
                     metrics.kafka_errors.with_label_values(&["consume"]).inc();
                     if let Some(suppressed) = ERROR_LOG.allow() {
@@ -309,6 +476,19 @@ pub async fn run_kafka_source<I: Ingest>(
     }
     // Stop consuming: close the judge queue, then take acks until the pool is done or abandoned.
     pipeline.close_queue();
+    if let Some(code) = fatal {
+        let hint = if code == RDKafkaErrorCode::FencedInstanceId {
+            "another live member uses this group instance id: give each replica its own \
+             (kafka.group_instance_id, $POD_NAME)"
+        } else {
+            "the consumer cannot continue"
+        };
+        tracing::error!(error = %code, instance = ?instance_id, hint, "fatal kafka consumer error");
+        close(consumer).await;
+        return Err(SourceError::Kafka(format!(
+            "fatal consumer error: {code}: {hint}"
+        )));
+    }
     tracing::info!(pending = tracker.pending(), "draining sampled judge work");
     while let Some(token) = ack_rx.recv().await {
         pipeline.ack(token, &mut released);
@@ -318,15 +498,83 @@ pub async fn run_kafka_source<I: Ingest>(
             }
         }
     }
-    match consumer.commit_consumer_state(CommitMode::Sync) {
-        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {
+    let committing = Arc::clone(&consumer);
+    let commit =
+        tokio::task::spawn_blocking(move || committing.commit_consumer_state(CommitMode::Sync))
+            .await;
+    match commit {
+        Ok(Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {
             tracing::info!(
                 received,
                 unaccounted = tracker.pending(),
                 "offsets committed"
             );
         }
-        Err(e) => tracing::warn!(error = %e, "final commit failed"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "final commit failed"),
+        Err(e) => tracing::warn!(error = %e, "final commit task failed"),
     }
+    close(consumer).await;
     Ok(received)
+}
+
+/// Drops the consumer on a blocking thread: closing it leaves the group (dynamic membership) and
+/// waits for librdkafka's threads. A partition count still being fetched keeps its own reference
+/// and drops it on its blocking thread.
+async fn close(consumer: Arc<Source>) {
+    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(topic: &str, partition: i32) -> (String, i32) {
+        (topic.to_owned(), partition)
+    }
+
+    #[test]
+    fn membership_follows_assignments_and_the_partition_count() {
+        let t0 = Instant::now();
+        let mut m = Membership::new(t0);
+        // Before the broker has said how many partitions there are, nothing is claimed.
+        assert!(!m.without_partitions());
+        assert_eq!(m.share(), None);
+        m.topic_partitions = Some(3);
+        assert!(
+            m.without_partitions(),
+            "joined, nothing held, partitions to share"
+        );
+        let t1 = t0 + Duration::from_secs(5);
+        m.assigned(&[p("t", 0), p("t", 1)], t1);
+        assert!(!m.without_partitions());
+        assert_eq!(m.share(), Some(2.0 / 3.0));
+        assert_eq!(m.changed, t1);
+        // Eager rebalance: everything revoked, then the new share (here none: a spare replica).
+        m.revoked(&[p("t", 0), p("t", 1)], t1);
+        assert!(m.without_partitions());
+        assert_eq!(m.share(), Some(0.0));
+        m.assigned(&[], t1);
+        assert!(m.without_partitions());
+        // Cooperative: part revoked, part kept.
+        m.assigned(&[p("t", 2), p("t", 0)], t1);
+        m.revoked(&[p("t", 0)], t1);
+        assert!(!m.without_partitions());
+        assert_eq!(m.held.len(), 1);
+    }
+
+    #[test]
+    fn consumer_config_carries_the_membership_settings() {
+        let config: KafkaConfig = toml::from_str("session_timeout_ms = 6000").unwrap();
+        let c = consumer_config(&config, Some("pod-0"), &HashMap::new());
+        assert_eq!(c.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(c.get("heartbeat.interval.ms"), Some("1000"));
+        assert_eq!(c.get("group.instance.id"), Some("pod-0"));
+        let c = consumer_config(&config, None, &HashMap::new());
+        assert_eq!(c.get("group.instance.id"), None);
+        // The producer for verdict records takes none of them.
+        assert_eq!(
+            client_config(&config, &HashMap::new()).get("session.timeout.ms"),
+            None
+        );
+    }
 }

@@ -247,14 +247,23 @@ pub struct Ragwatch {
 impl Ragwatch {
     /// Starts `ragwatch run` with the given config file and `RAGWATCH__...` overrides, on port 0.
     pub fn start(config: &Path, env: &[(&str, String)]) -> Ragwatch {
+        Self::start_bin(Path::new(env!("CARGO_BIN_EXE_ragwatch")), config, env)
+    }
+
+    /// The same with another ragwatch binary (an older build, to compare).
+    pub fn start_bin(bin: &Path, config: &Path, env: &[(&str, String)]) -> Ragwatch {
         let dir = tempfile::tempdir().unwrap();
         let port_file = dir.path().join("addr");
         let log = dir.path().join("ragwatch.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ragwatch"));
+        let mut cmd = Command::new(bin);
         cmd.arg("run")
             .arg("--config")
             .arg(config)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
+            // They would make every ragwatch of a test one static group member (the kafka
+            // section's group_instance_id default); a test that wants that sets them below.
+            .env_remove("POD_NAME")
+            .env_remove("HOSTNAME")
             .env("RAGWATCH__HTTP__LISTEN", "127.0.0.1:0")
             .env("RAGWATCH__HTTP__PORT_FILE", &port_file)
             .env("RUST_LOG", "info")
