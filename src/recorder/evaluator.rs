@@ -71,7 +71,7 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                 let short = windows.stats(metric, judge, stratum_id, w.short_secs, now, w.z);
                 let base = windows.stats(metric, judge, stratum_id, w.baseline_secs, now, w.z);
                 if let (Some(short), Some(base)) = (short, base) {
-                    let state = DriftState::evaluate(&rule, &short, &base);
+                    let state = DriftState::evaluate(&rule, &short, &base, w.z);
                     set_drift(m, metric, stratum, judge, &state);
                     if short.count >= rule.min_samples {
                         low.push((metric, state.any()));

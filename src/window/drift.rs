@@ -2,7 +2,10 @@
 //!
 //! Three rules, each on the scale of the judge it watches (see `config::drift` for the defaults):
 //! - `floor`: the short window's upper confidence bound is below an absolute floor;
-//! - `max_drop`: that upper bound is more than `max_drop` below the baseline window's mean;
+//! - `max_drop` (two-sample): the short window's mean is more than `max_drop` below the mean of the
+//!   rest of the baseline window, by more than the confidence half-width of the *difference* (the
+//!   noise of both windows: a young or thin baseline is as uncertain as the window it judges, and a
+//!   rule that read the baseline as exact flipped healthy strata under short windows);
 //! - `shift` (scale-free): the short window's mean is below the mean of the rest of the baseline
 //!   window by a one-sided two-sample z test (`z >= shift.z`) and by at least `shift.min_sd`
 //!   baseline standard deviations. Comparing with the *rest* of the baseline keeps the two samples
@@ -50,8 +53,9 @@ pub struct DriftState {
     pub dropped: bool,
     /// The shift rule fires.
     pub shifted: bool,
-    /// The drop threshold as an absolute score: baseline mean minus `max_drop` (absent without a
-    /// baseline).
+    /// The drop threshold as an absolute score: the short window's mean fires the drop rule below
+    /// it (the rest of the baseline's mean, minus `max_drop`, minus the half-width of the
+    /// difference); absent without enough baseline.
     pub drop_threshold: Option<f64>,
     /// The shift test's z (positive: the short window is lower), when both windows have spread.
     pub shift_z: Option<f64>,
@@ -102,19 +106,28 @@ impl Shift {
 }
 
 impl DriftState {
-    /// Evaluates `rule` on a judge's own short and baseline windows.
-    pub fn evaluate(rule: &DriftRule, short: &WindowStats, baseline: &WindowStats) -> DriftState {
+    /// Evaluates `rule` on a judge's own short and baseline windows (the baseline contains the short
+    /// window, as the rings do); `z` is the confidence bounds' z.
+    pub fn evaluate(
+        rule: &DriftRule,
+        short: &WindowStats,
+        baseline: &WindowStats,
+        z: f64,
+    ) -> DriftState {
         let enough = short.count >= rule.min_samples;
         let below_floor =
             enough && matches!((rule.floor, short.ci_upper), (Some(f), Some(u)) if u < f);
-        let drop_threshold = rule.max_drop.and_then(|d| {
-            baseline
-                .mean
-                .filter(|_| baseline.count >= rule.min_samples)
-                .map(|m| (m - d).max(0.0))
-        });
-        let dropped =
-            enough && matches!((short.ci_upper, drop_threshold), (Some(u), Some(t)) if u < t);
+        let rest = baseline.moments.minus(&short.moments);
+        let side = |m: &Moments| Some((m.mean()?, z * (m.variance()? / m.count as f64).sqrt()));
+        let drop_threshold = match (rule.max_drop, side(&short.moments), side(&rest)) {
+            (Some(d), Some((_, hs)), Some((mr, hr)))
+                if rest.count >= rule.min_samples.max(short.count) =>
+            {
+                Some(drop_level(mr, hr, hs, d))
+            }
+            _ => None,
+        };
+        let dropped = enough && matches!((short.mean, drop_threshold), (Some(m), Some(t)) if m < t);
         let shift = Shift::between(&short.moments, &baseline.moments);
         let shifted =
             matches!((rule.shift, shift), (Some(r), Some(s)) if s.fires(&r, rule.min_samples));
@@ -128,11 +141,12 @@ impl DriftState {
         }
     }
 
-    /// Evaluates `rule` on combined estimates: `min_samples` counts judged pairs.
+    /// Evaluates `rule` on combined estimates: `min_samples` counts judged pairs; `rest` is the
+    /// baseline window without the short one.
     pub fn evaluate_estimate(
         rule: &DriftRule,
         short: Option<&Estimate>,
-        baseline: Option<&Estimate>,
+        rest: Option<&Estimate>,
     ) -> DriftState {
         let Some(short) = short.filter(|s| s.pairs >= rule.min_samples) else {
             return DriftState::default();
@@ -140,13 +154,12 @@ impl DriftState {
         let below_floor = rule.floor.is_some_and(|f| short.upper < f);
         // A baseline with fewer verdicts than the window it judges is mostly noise.
         let drop_threshold = rule.max_drop.and_then(|d| {
-            baseline
-                .filter(|b| b.pairs >= rule.min_samples.max(short.pairs))
-                .map(|b| (b.mean - d).max(0.0))
+            rest.filter(|b| b.pairs >= rule.min_samples.max(short.pairs))
+                .map(|b| drop_level(b.mean, b.half_width, short.half_width, d))
         });
         DriftState {
             below_floor,
-            dropped: drop_threshold.is_some_and(|t| short.upper < t),
+            dropped: drop_threshold.is_some_and(|t| short.mean < t),
             drop_threshold,
             ..DriftState::default()
         }
@@ -165,6 +178,13 @@ impl DriftState {
     pub fn any(&self) -> bool {
         self.below_floor || self.dropped || self.shifted
     }
+}
+
+/// The level the short window's mean must fall below for the drop rule: the reference mean, minus
+/// `max_drop`, minus the half-width of the difference of two independent means (each half-width is
+/// z standard errors, so theirs combine as `hypot`). The Prometheus rule computes the same.
+fn drop_level(reference_mean: f64, reference_half: f64, short_half: f64, max_drop: f64) -> f64 {
+    reference_mean - max_drop - reference_half.hypot(short_half)
 }
 
 #[cfg(test)]
@@ -193,30 +213,54 @@ mod tests {
             .collect()
     }
 
+    /// Evaluates `rule` with `new` as the short window and `old` followed by `new` as the baseline,
+    /// as the rings hold them.
+    fn window(rule: &DriftRule, old: &[f64], new: &[f64]) -> DriftState {
+        let all: Vec<f64> = old.iter().chain(new).copied().collect();
+        DriftState::evaluate(rule, &stats(new), &stats(&all), 1.645)
+    }
+
     #[test]
     fn floor_needs_samples_and_confidence() {
-        let base = stats(&[0.9; 100]);
-        assert!(
-            !DriftState::evaluate(&RULE, &stats(&[0.2; 10]), &base).below_floor,
-            "too few"
-        );
-        assert!(DriftState::evaluate(&RULE, &stats(&[0.2; 40]), &base).below_floor);
+        let old = [0.9; 100];
+        assert!(!window(&RULE, &old, &[0.2; 10]).below_floor, "too few");
+        assert!(window(&RULE, &old, &[0.2; 40]).below_floor);
         // A mean just under the floor with a wide spread is not confidently below.
         let noisy: Vec<f64> = (0..30)
             .map(|i| if i % 2 == 0 { 0.3 } else { 1.0 })
             .collect();
-        assert!(!DriftState::evaluate(&RULE, &stats(&noisy), &base).below_floor);
+        assert!(!window(&RULE, &old, &noisy).below_floor);
     }
 
     #[test]
-    fn drop_compares_against_baseline() {
-        let base = stats(&[0.95; 200]);
-        let s = DriftState::evaluate(&RULE, &stats(&[0.75; 50]), &base);
+    fn drop_compares_against_the_rest_of_the_baseline_with_both_noises() {
+        let old = spread(0.95, 200);
+        let s = window(&RULE, &old, &spread(0.75, 50));
         assert!(s.dropped && !s.below_floor);
-        assert!((s.drop_threshold.unwrap() - 0.85).abs() < 1e-9);
-        assert!(!DriftState::evaluate(&RULE, &stats(&[0.9; 50]), &base).dropped);
-        // No baseline yet: no drop rule.
-        assert!(!DriftState::evaluate(&RULE, &stats(&[0.1; 50]), &stats(&[])).dropped);
+        // 0.95 - 0.1 - 1.645 * sqrt(s2 / 200 + s2 / 50), s2 the sample variance of +-0.1.
+        let expected = 0.85 - 1.645 * (0.01f64 / 199.0 + 0.01 / 49.0).sqrt();
+        assert!((s.drop_threshold.unwrap() - expected).abs() < 1e-9, "{s:?}");
+        assert!(!window(&RULE, &old, &spread(0.9, 50)).dropped);
+        // No baseline beyond the short window: no drop rule.
+        assert!(!window(&RULE, &[], &spread(0.1, 50)).dropped);
+        // A thin, noisy baseline (mean 0.75, sd 0.25, 60 scores) and a tight short window at 0.6:
+        // the short window's upper bound (0.611) is below 0.75 - 0.1, which a rule reading the
+        // baseline as exact calls a drop; the difference is within the baseline's own noise.
+        let thin: Vec<f64> = (0..60)
+            .map(|i| if i % 2 == 0 { 0.5 } else { 1.0 })
+            .collect();
+        let short = spread(0.6, 60)
+            .iter()
+            .map(|x| 0.6 + (x - 0.6) / 2.0)
+            .collect::<Vec<_>>();
+        let s = window(&RULE, &thin, &short);
+        assert!(stats(&short).ci_upper.unwrap() < 0.65, "{s:?}");
+        assert!(!s.dropped, "{s:?}");
+        // The same short window against a long baseline of the same spread does fire.
+        let long: Vec<f64> = (0..6000)
+            .map(|i| if i % 2 == 0 { 0.5 } else { 1.0 })
+            .collect();
+        assert!(window(&RULE, &long, &short).dropped);
     }
 
     #[test]
@@ -231,10 +275,7 @@ mod tests {
             min_samples: 30,
         };
         // The baseline window contains the short one, as the rings do.
-        let window = |old: &[f64], new: &[f64]| {
-            let all: Vec<f64> = old.iter().chain(new).copied().collect();
-            DriftState::evaluate(&rule, &stats(new), &stats(&all))
-        };
+        let window = |old: &[f64], new: &[f64]| window(&rule, old, new);
         // Down by one sd (0.1) on a compressed scale around 0.6: fires.
         let s = window(&spread(0.6, 400), &spread(0.5, 100));
         assert!(s.shifted, "{s:?}");
@@ -268,5 +309,15 @@ mod tests {
             Some(&est(0.95, 0.01, 400)),
         );
         assert!(d.dropped && !d.below_floor);
+        // 0.95 - 0.1 - hypot(0.01, 0.03): the difference's half-width, not the short side's alone.
+        assert!((d.drop_threshold.unwrap() - (0.85 - 0.01f64.hypot(0.03))).abs() < 1e-12);
+        // A baseline as uncertain as the window: 0.71 is 0.14 below 0.85 and its upper bound is
+        // below 0.85 - 0.1, but the difference is within the two windows' noise.
+        let n = DriftState::evaluate_estimate(
+            &RULE,
+            Some(&est(0.71, 0.03, 40)),
+            Some(&est(0.85, 0.06, 40)),
+        );
+        assert!(!n.dropped && 0.71 + 0.03 < 0.85 - 0.1, "{n:?}");
     }
 }

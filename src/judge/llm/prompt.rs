@@ -508,7 +508,7 @@ pub fn parse_output<T: serde::de::DeserializeOwned>(content: &str) -> Result<T, 
 }
 
 /// A faithfulness reply: `claims` must be valid (else the reply is malformed); `contexts` is kept
-/// as given, for [`FaithfulnessOutput::context_verdicts`].
+/// as given, for `FaithfulnessOutput::context_verdicts`.
 pub fn parse_faithfulness(content: &str) -> Result<FaithfulnessOutput, String> {
     let mut obj = json_object(content)?;
     let claims = obj
