@@ -80,7 +80,7 @@ pub async fn run(
             let judge = Arc::new(LlmJudge::try_new(
                 &config,
                 &env,
-                Arc::clone(&shared.metrics),
+                shared.metrics.clone(),
             )?);
             // `structured_output = "auto"`: ask the server before the first trace, so the judge
             // identity on ragwatch_build_info is the settled one from the first scrape on.
@@ -94,7 +94,7 @@ pub async fn run(
                     canaries,
                     config.judge.faithful_threshold,
                     Duration::from_secs(config.llm.canary_interval_secs),
-                    Arc::clone(&shared.metrics),
+                    shared.metrics.clone(),
                     stop.clone(),
                 ));
             }

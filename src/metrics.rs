@@ -10,6 +10,8 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::config::StructuredOutput;
+use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
 use crate::labels::{JudgeKind, Metric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
@@ -689,5 +691,83 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The LLM judge's reports, as counters and gauges.
+impl LlmObserver for Metrics {
+    fn spent(&self, usage: &Usage, retries: &[&'static str]) {
+        self.judge_tokens
+            .with_label_values(&["llm", "prompt"])
+            .inc_by(usage.prompt_tokens);
+        self.judge_tokens
+            .with_label_values(&["llm", "completion"])
+            .inc_by(usage.completion_tokens);
+        for reason in retries {
+            self.judge_retries.with_label_values(&["llm", reason]).inc();
+        }
+    }
+
+    fn part_failed(&self, part: &'static str, reason: &'static str) {
+        self.judge_part_failures
+            .with_label_values(&["llm", part, reason])
+            .inc();
+    }
+
+    fn budget_left(&self, tokens: f64) {
+        self.budget_remaining.set(tokens);
+    }
+
+    fn record_not_published(&self) {
+        self.kafka_errors
+            .with_label_values(&["records_produce"])
+            .inc();
+    }
+
+    fn structured_output(&self, mode: StructuredOutput) {
+        for m in CHAIN {
+            self.judge_structured_output
+                .with_label_values(&[mode_name(m)])
+                .set(i64::from(m == mode));
+        }
+    }
+
+    fn hide_identity(&self, identity: &str) -> Vec<IdentitySeries> {
+        use prometheus::core::Collector;
+        let mut found = Vec::new();
+        for family in self.build_info.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value().to_owned())
+                        .unwrap_or_default()
+                };
+                let series = IdentitySeries {
+                    version: label("version"),
+                    judge_model: label("judge_model"),
+                };
+                if series.judge_model.contains(identity) {
+                    found.push(series);
+                }
+            }
+        }
+        for series in &found {
+            let _ = self
+                .build_info
+                .remove_label_values(&[&series.version, &series.judge_model]);
+        }
+        found
+    }
+
+    fn show_identity(&self, series: &IdentitySeries) {
+        self.build_info
+            .with_label_values(&[&series.version, &series.judge_model])
+            .set(1);
+    }
+
+    fn canary_agreement(&self, agreement: f64) {
+        self.canary_agreement.set(agreement);
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod drift;
+mod kafka;
 mod otlp;
 
 pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};

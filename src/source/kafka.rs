@@ -222,42 +222,32 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-/// The librdkafka configuration ragwatch uses: the user's properties, with the offset discipline
-/// ragwatch depends on forced on top.
-pub fn client_config(config: &KafkaConfig, env: &HashMap<String, String>) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("auto.offset.reset", "earliest");
-    // librdkafka prefetches up to 64 MiB by default, which would dominate a sidecar's memory
-    // whenever it lags; 16 MiB still holds over half a second of traces at full speed.
-    c.set("queued.max.messages.kbytes", "16384");
-    for (k, v) in &config.properties {
-        c.set(k, v);
-    }
-    c.set("bootstrap.servers", &config.brokers)
-        .set("group.id", &config.group_id)
-        .set("enable.auto.offset.store", "false")
-        .set("enable.auto.commit", "true")
-        .set(
-            "auto.commit.interval.ms",
-            config.commit_interval_ms.to_string(),
-        )
-        .set(
-            "statistics.interval.ms",
-            config.stats_interval_ms.to_string(),
-        );
-    if let Some(pw) = env.get(&config.sasl_password_env) {
-        c.set("sasl.password", pw);
-    }
-    c
-}
-
-/// [`client_config`] plus the group membership settings, which only a consumer takes.
+/// The consumer's librdkafka configuration: the shared connection settings
+/// ([`KafkaConfig::client_config`]), defaults the user's properties may override, the offset
+/// discipline ragwatch depends on forced on top, and the group membership settings.
 fn consumer_config(
     config: &KafkaConfig,
     instance_id: Option<&str>,
     env: &HashMap<String, String>,
 ) -> ClientConfig {
-    let mut c = client_config(config, env);
+    let mut c = config.client_config(env);
+    // librdkafka prefetches up to 64 MiB by default, which would dominate a sidecar's memory
+    // whenever it lags; 16 MiB still holds over half a second of traces at full speed.
+    for (key, value) in [
+        ("auto.offset.reset", "earliest"),
+        ("queued.max.messages.kbytes", "16384"),
+    ] {
+        if !config.properties.contains_key(key) {
+            c.set(key, value);
+        }
+    }
+    c.set("group.id", &config.group_id)
+        .set("enable.auto.offset.store", "false")
+        .set("enable.auto.commit", "true")
+        .set(
+            "auto.commit.interval.ms",
+            config.commit_interval_ms.to_string(),
+        );
     c.set("session.timeout.ms", config.session_timeout_ms.to_string())
         .set(
             "heartbeat.interval.ms",
@@ -571,10 +561,15 @@ mod tests {
         assert_eq!(c.get("group.instance.id"), Some("pod-0"));
         let c = consumer_config(&config, None, &HashMap::new());
         assert_eq!(c.get("group.instance.id"), None);
-        // The producer for verdict records takes none of them.
-        assert_eq!(
-            client_config(&config, &HashMap::new()).get("session.timeout.ms"),
-            None
-        );
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(c.get("queued.max.messages.kbytes"), Some("16384"));
+        // The user's properties override the defaults, never the offset discipline.
+        let config: KafkaConfig = toml::from_str(
+            "properties = { \"auto.offset.reset\" = \"latest\", \"enable.auto.offset.store\" = \"true\" }",
+        )
+        .unwrap();
+        let c = consumer_config(&config, None, &HashMap::new());
+        assert_eq!(c.get("auto.offset.reset"), Some("latest"));
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::LlmJudge;
-use crate::metrics::Metrics;
 use crate::trace::Trace;
 
 /// Judges every canary once; returns the share whose verdict agrees with its label (faithfulness at or
@@ -34,7 +33,7 @@ pub async fn run_canaries(
     canaries: Vec<Trace>,
     threshold: f64,
     interval: Duration,
-    metrics: Arc<Metrics>,
+    observer: Arc<dyn super::LlmObserver>,
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(interval);
@@ -43,7 +42,7 @@ pub async fn run_canaries(
             _ = stop.cancelled() => break,
             _ = tick.tick() => {
                 if let Some(a) = agreement(&judge, &canaries, threshold).await {
-                    metrics.canary_agreement.set(a);
+                    observer.canary_agreement(a);
                     tracing::info!(agreement = a, canaries = canaries.len(), "canary run");
                 }
             }

@@ -20,6 +20,7 @@ mod cache;
 mod canary;
 mod client;
 mod mode;
+mod observer;
 mod prompt;
 
 pub use budget::{Budget, Charge, Refusal};
@@ -30,6 +31,7 @@ pub use client::{
     decode_f32s, mean_pool,
 };
 pub use mode::{CHAIN, mode_name};
+pub use observer::{IdentitySeries, LlmObserver};
 pub use prompt::{
     ClaimVerdict, ContextsProblem, JudgedClaim, json_object, parse_faithfulness, parse_output,
     parse_relevancy,
@@ -44,7 +46,6 @@ use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, Verdict, clean_score};
 use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
-use crate::metrics::Metrics;
 use crate::trace::Trace;
 use mode::{ModeState, Probe};
 use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
@@ -72,7 +73,7 @@ struct PartFailure {
 }
 
 /// One trace's calls: how they pass the budget, their deadline, and what they returned, kept for
-/// the verdict record and the metrics.
+/// the verdict record and the observer.
 #[derive(Debug)]
 struct CallLog {
     raw: Vec<String>,
@@ -139,7 +140,7 @@ pub struct LlmJudge {
     /// Dimension of the first embeddings seen (0 before): a change is an error, not a cosine.
     dimension: AtomicUsize,
     cache: VerdictCache,
-    metrics: Arc<Metrics>,
+    observer: Arc<dyn LlmObserver>,
     records: Option<super::records::RecordsFile>,
     records_topic: Option<RecordsTopic>,
 }
@@ -201,7 +202,7 @@ impl LlmJudge {
     pub fn try_new(
         config: &Config,
         env: &HashMap<String, String>,
-        metrics: Arc<Metrics>,
+        observer: Arc<dyn LlmObserver>,
     ) -> Result<Self, LlmSetupError> {
         let key = api_key(&config.llm, env)?;
         let records = match &config.llm.records_path {
@@ -217,17 +218,7 @@ impl LlmJudge {
         };
         let records_topic = match &config.llm.records_topic {
             Some(topic) => {
-                let mut c = crate::source::client_config(&config.kafka, env);
-                // Producer-side settings only: the consumer-group keys make no sense here.
-                for key in [
-                    "group.id",
-                    "enable.auto.offset.store",
-                    "enable.auto.commit",
-                    "auto.commit.interval.ms",
-                    "auto.offset.reset",
-                ] {
-                    c.remove(key);
-                }
+                let c = config.kafka.client_config(env);
                 let producer = c.create().map_err(|e: rdkafka::error::KafkaError| {
                     LlmSetupError::Producer(e.to_string())
                 })?;
@@ -240,7 +231,7 @@ impl LlmJudge {
         };
         let mode = ModeState::new(config.llm.structured_output);
         if mode.is_resolved() {
-            publish_mode(&metrics, mode.current());
+            observer.structured_output(mode.current());
         }
         Ok(Self {
             records_topic,
@@ -255,7 +246,7 @@ impl LlmJudge {
                 config.llm.cache_capacity,
                 Duration::from_secs(config.llm.cache_ttl_secs),
             ),
-            metrics,
+            observer,
             records,
         })
     }
@@ -309,7 +300,7 @@ impl LlmJudge {
             return self.mode.current();
         }
         let placeholder = self.identity();
-        let withdrawn = self.withdraw_build_info(&placeholder);
+        let withdrawn = self.observer.hide_identity(&placeholder);
         let probe = Probe::new();
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(self.config.trace_deadline_ms.min(30_000));
@@ -372,41 +363,13 @@ impl LlmJudge {
             placeholder.clone()
         };
         *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity.clone();
-        for version in withdrawn {
-            self.metrics
-                .build_info
-                .with_label_values(&[&version.0, &version.1.replace(&placeholder, &identity)])
-                .set(1);
+        for series in withdrawn {
+            self.observer.show_identity(&IdentitySeries {
+                judge_model: series.judge_model.replace(&placeholder, &identity),
+                ..series
+            });
         }
         self.mode.current()
-    }
-
-    /// Removes the `ragwatch_build_info` series naming `identity`; returns their labels.
-    fn withdraw_build_info(&self, identity: &str) -> Vec<(String, String)> {
-        use prometheus::core::Collector;
-        let mut found = Vec::new();
-        for family in self.metrics.build_info.collect() {
-            for m in family.get_metric() {
-                let label = |name: &str| {
-                    m.get_label()
-                        .iter()
-                        .find(|l| l.name() == name)
-                        .map(|l| l.value().to_owned())
-                        .unwrap_or_default()
-                };
-                let (version, judge) = (label("version"), label("judge_model"));
-                if judge.contains(identity) {
-                    found.push((version, judge));
-                }
-            }
-        }
-        for (version, judge) in &found {
-            let _ = self
-                .metrics
-                .build_info
-                .remove_label_values(&[version, judge]);
-        }
-        found
     }
 
     /// Settles `auto` on `mode` (once): logged and exported.
@@ -417,7 +380,7 @@ impl LlmJudge {
                 how,
                 "judge structured output chosen"
             );
-            publish_mode(&self.metrics, mode);
+            self.observer.structured_output(mode);
         }
     }
 
@@ -459,13 +422,10 @@ impl LlmJudge {
         let result = self.judge_uncached(trace, &mut log).await;
         let latency_ms = started.elapsed().as_millis() as u64;
         self.count_spend(&log);
-        let m = &self.metrics;
         for p in &log.parts {
-            m.judge_part_failures
-                .with_label_values(&["llm", p.part, p.reason])
-                .inc();
+            self.observer.part_failed(p.part, p.reason);
         }
-        m.budget_remaining.set(self.budget.remaining_tokens());
+        self.observer.budget_left(self.budget.remaining_tokens());
         let identity = self.identity();
         let mode = log.mode.map(mode_name);
         let record = |status: &str, verdict: Option<&Verdict>, error: Option<&LlmError>| {
@@ -541,18 +501,9 @@ impl LlmJudge {
         }
     }
 
-    /// Tokens and retries of `log` into the metrics.
+    /// Tokens and retries of `log`, to the observer.
     fn count_spend(&self, log: &CallLog) {
-        let m = &self.metrics;
-        m.judge_tokens
-            .with_label_values(&["llm", "prompt"])
-            .inc_by(log.usage.prompt_tokens);
-        m.judge_tokens
-            .with_label_values(&["llm", "completion"])
-            .inc_by(log.usage.completion_tokens);
-        for reason in &log.retries {
-            m.judge_retries.with_label_values(&["llm", reason]).inc();
-        }
+        self.observer.spent(&log.usage, &log.retries);
     }
 
     fn write_record(&self, record: &Value) {
@@ -564,10 +515,7 @@ impl LlmJudge {
                     .key(&key)
                     .payload(&payload),
             ) {
-                self.metrics
-                    .kafka_errors
-                    .with_label_values(&["records_produce"])
-                    .inc();
+                self.observer.record_not_published();
                 tracing::debug!(error = %e, "cannot publish verdict record");
             }
         }
@@ -841,16 +789,6 @@ impl LlmJudge {
                 Err(error) => return Err(LlmError::Parse(error)),
             }
         }
-    }
-}
-
-/// Exports `mode` as the one in use.
-fn publish_mode(metrics: &Metrics, mode: StructuredOutput) {
-    for m in CHAIN {
-        metrics
-            .judge_structured_output
-            .with_label_values(&[mode_name(m)])
-            .set(i64::from(m == mode));
     }
 }
 

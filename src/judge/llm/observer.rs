@@ -1,0 +1,36 @@
+//! What the LLM judge reports about its own work. The judge does not hold the metrics (they sit in a
+//! layer above it); whoever builds the judge passes an observer, and `metrics::Metrics` is the one
+//! `run` and `replay` pass, turning each report into its counters and gauges.
+
+use super::client::Usage;
+use crate::config::StructuredOutput;
+
+/// One `ragwatch_build_info` series that names a judge identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentitySeries {
+    /// The `version` label.
+    pub version: String,
+    /// The `judge_model` label.
+    pub judge_model: String,
+}
+
+/// The LLM judge's reports, one method per fact.
+pub trait LlmObserver: Send + Sync + std::fmt::Debug {
+    /// Tokens billed by one trace's (or a probe's) calls, and the reason of each retry they made.
+    fn spent(&self, usage: &Usage, retries: &[&'static str]);
+    /// A part of a verdict (context verdicts, one relevancy question...) was dropped, and why.
+    fn part_failed(&self, part: &'static str, reason: &'static str);
+    /// Tokens left in the budget.
+    fn budget_left(&self, tokens: f64);
+    /// A verdict record could not be published to the records topic.
+    fn record_not_published(&self);
+    /// The structured-output mode now in use.
+    fn structured_output(&self, mode: StructuredOutput);
+    /// Withdraws the build-info series naming `identity` (a placeholder while `auto` is settled, so
+    /// it is never scraped beside the settled identity); returns them.
+    fn hide_identity(&self, identity: &str) -> Vec<IdentitySeries>;
+    /// Publishes a build-info series.
+    fn show_identity(&self, series: &IdentitySeries);
+    /// The share of canaries the judge got right.
+    fn canary_agreement(&self, agreement: f64);
+}
