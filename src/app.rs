@@ -23,7 +23,9 @@ use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge};
 use crate::pipeline::{Pipeline, PoolJudge, run_pool};
 use crate::recorder::Shared;
-use crate::source::{self, Ingest, SourceError, SpanIngest};
+use crate::source::{
+    FileSource, Ingest, KafkaSource, OtlpReceiver, Source, SourceError, SpanIngest,
+};
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -77,11 +79,7 @@ pub async fn run(
         SampledJudge::None => None,
         SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
         SampledJudge::Llm => {
-            let judge = Arc::new(LlmJudge::try_new(
-                &config,
-                &env,
-                shared.metrics.clone(),
-            )?);
+            let judge = Arc::new(LlmJudge::try_new(&config, &env, shared.metrics.clone())?);
             // `structured_output = "auto"`: ask the server before the first trace, so the judge
             // identity on ragwatch_build_info is the settled one from the first scrape on.
             judge.resolve_structured_output().await;
@@ -149,16 +147,13 @@ pub async fn run(
     // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
     let result = match (config.source.kind, config.decode.format.is_otlp()) {
         (SourceKind::Otlp, _) => {
+            let receiver = OtlpReceiver {
+                config: &config.otlp,
+                max_spans_per_message: config.assembly.max_spans_per_message,
+                metrics: Arc::clone(&shared.metrics),
+            };
             let mut spans = SpanIngest::new(&config, pipeline);
-            source::run_otlp_source(
-                &config.otlp,
-                config.assembly.max_spans_per_message,
-                &mut spans,
-                Arc::clone(&shared.metrics),
-                &stop,
-            )
-            .await
-            .map(|_| ())
+            receiver.run(&mut spans, &stop).await.map(|_| ())
         }
         (_, true) => {
             let mut spans = SpanIngest::new(&config, pipeline);
@@ -203,19 +198,22 @@ async fn feed<I: Ingest>(
     stop: &CancellationToken,
 ) -> Result<(), SourceError> {
     match config.source.kind {
-        SourceKind::Kafka => source::run_kafka_source(
-            &config.kafka,
-            env,
-            ingest,
-            Arc::clone(&shared.metrics),
-            ack_rx,
-            budget,
-            stop,
-        )
-        .await
-        .map(|_| ()),
+        SourceKind::Kafka => {
+            let source = KafkaSource {
+                config: &config.kafka,
+                env,
+                metrics: Arc::clone(&shared.metrics),
+                acks: ack_rx,
+                budget,
+            };
+            source.run(ingest, stop).await.map(|_| ())
+        }
         SourceKind::File | SourceKind::Stdin | SourceKind::Otlp => {
-            let lines = source::run_file_source(&config.source, &config.decode, ingest, stop).await;
+            let source = FileSource {
+                config: &config.source,
+                decode: &config.decode,
+            };
+            let lines = source.run(ingest, stop).await;
             if let Ok(n) = &lines {
                 tracing::info!(lines = n, "input ended; serving metrics until stopped");
             }

@@ -10,6 +10,8 @@
 //! It takes a few minutes (librdkafka is compiled from source); `cargo check` keeps the Rust side
 //! to metadata only.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -83,9 +83,28 @@ fn memchr(s: &[u8]) -> Option<usize> {
     s.iter().position(|&b| b == b'\n')
 }
 
+/// A JSONL (or length-framed OTLP) file, or stdin: `source.kind = "file" | "stdin"`.
+#[derive(Debug, Clone, Copy)]
+pub struct FileSource<'a> {
+    /// Path, pacing and looping.
+    pub config: &'a SourceConfig,
+    /// The format, for framing and the message size limit.
+    pub decode: &'a DecodeConfig,
+}
+
+impl<I: Ingest> super::Source<I> for FileSource<'_> {
+    fn run(
+        self,
+        ingest: &mut I,
+        stop: &CancellationToken,
+    ) -> impl std::future::Future<Output = Result<u64, SourceError>> {
+        run_file_source(self.config, self.decode, ingest, stop)
+    }
+}
+
 /// Runs the file or stdin source until the input ends (unless looping) or `stop` is cancelled.
 /// Returns the number of messages read.
-pub async fn run_file_source<I: Ingest>(
+async fn run_file_source<I: Ingest>(
     config: &SourceConfig,
     decode: &DecodeConfig,
     pipeline: &mut I,

@@ -307,9 +307,42 @@ fn apply_share(membership: &Membership, metrics: &Metrics, budget: Option<&Budge
     }
 }
 
+/// A Kafka consumer group: `source.kind = "kafka"`.
+#[derive(Debug)]
+pub struct KafkaSource<'a> {
+    /// Brokers, topics, group and membership.
+    pub config: &'a KafkaConfig,
+    /// The environment (SASL password, `POD_NAME` for the group instance id).
+    pub env: &'a HashMap<String, String>,
+    /// Consumer, commit and assignment metrics.
+    pub metrics: Arc<Metrics>,
+    /// Positions the sampled judge is done with.
+    pub acks: mpsc::UnboundedReceiver<Position>,
+    /// The LLM judge's budget, whose share follows this replica's partitions.
+    pub budget: Option<Arc<Budget>>,
+}
+
+impl<I: Ingest> super::Source<I> for KafkaSource<'_> {
+    fn run(
+        self,
+        ingest: &mut I,
+        stop: &CancellationToken,
+    ) -> impl std::future::Future<Output = Result<u64, SourceError>> {
+        run_kafka_source(
+            self.config,
+            self.env,
+            ingest,
+            self.metrics,
+            self.acks,
+            self.budget,
+            stop,
+        )
+    }
+}
+
 /// Runs the consumer until `stop`; then stops consuming, waits for the sampled judge's acks (the
 /// caller bounds that by cancelling the judge pool at the grace deadline), stores and commits.
-pub async fn run_kafka_source<I: Ingest>(
+async fn run_kafka_source<I: Ingest>(
     config: &KafkaConfig,
     env: &HashMap<String, String>,
     pipeline: &mut I,

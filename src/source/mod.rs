@@ -11,13 +11,32 @@ mod offsets;
 mod otlp;
 mod spans;
 
-pub use file::{read_frame_bounded, read_line_bounded, run_file_source};
-pub use kafka::run_kafka_source;
+pub use file::{FileSource, read_frame_bounded, read_line_bounded};
+pub use kafka::KafkaSource;
 pub use offsets::OffsetTracker;
-pub use otlp::run_otlp_source;
+pub use otlp::OtlpReceiver;
 pub use spans::SpanIngest;
 
+use std::future::Future;
+
+use tokio_util::sync::CancellationToken;
+
 use crate::pipeline::{Disposition, Pipeline, Position};
+
+/// Where messages come from. Every kind has this one shape: what it needs (its config, the ack
+/// channel, the budget it shares out) goes into its value when `app` builds it, and `run` feeds
+/// `ingest` until the input ends or `stop` fires, storing a message's position only once `ingest`
+/// has accounted for it. Returns the number of messages read. A new kind is a value and an impl
+/// here, and one arm where `app` builds it.
+pub trait Source<I: Ingest> {
+    /// Reads until the input ends or `stop` fires, then drains what it must (the Kafka source waits
+    /// for the sampled judge's acks and commits).
+    fn run(
+        self,
+        ingest: &mut I,
+        stop: &CancellationToken,
+    ) -> impl Future<Output = Result<u64, SourceError>>;
+}
 
 /// A source that cannot run.
 #[derive(Debug, thiserror::Error)]

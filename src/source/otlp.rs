@@ -62,10 +62,37 @@ struct Status {
     message: String,
 }
 
+/// The OTLP/HTTP receiver: `source.kind = "otlp"`. It feeds spans, so only a [`SpanIngest`].
+#[derive(Debug, Clone)]
+pub struct OtlpReceiver<'a> {
+    /// Address, body and queue limits.
+    pub config: &'a OtlpConfig,
+    /// Spans one request may carry.
+    pub max_spans_per_message: usize,
+    /// Request metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl super::Source<SpanIngest> for OtlpReceiver<'_> {
+    fn run(
+        self,
+        ingest: &mut SpanIngest,
+        stop: &CancellationToken,
+    ) -> impl std::future::Future<Output = Result<u64, SourceError>> {
+        run_otlp_source(
+            self.config,
+            self.max_spans_per_message,
+            ingest,
+            self.metrics,
+            stop,
+        )
+    }
+}
+
 /// Runs the receiver until `stop`: binds `config.listen` (writing the bound address to
 /// `config.port_file`), then feeds requests to `ingest` one at a time. Returns the number of
 /// requests taken.
-pub async fn run_otlp_source(
+async fn run_otlp_source(
     config: &OtlpConfig,
     max_spans_per_message: usize,
     ingest: &mut SpanIngest,
