@@ -118,3 +118,57 @@ impl SkipReason {
         }
     }
 }
+
+/// How one judge call ended: the `outcome` label of `ragwatch_judge_requests_total`, and the
+/// status of a failed call's verdict record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JudgeOutcome {
+    /// A verdict with a faithfulness score.
+    Ok,
+    /// A verdict whose answer makes no claims (its own outcome, never a score).
+    NoClaims,
+    /// A verdict reused from the cache: no call was made.
+    Cached,
+    /// The reply did not validate, after the re-ask.
+    ParseError,
+    /// The reply hit its token limit, after the retry with room.
+    Truncated,
+    /// The trace deadline passed.
+    Timeout,
+    /// 429 after the retries.
+    RateLimited,
+    /// Another HTTP status or a transport failure after the retries.
+    HttpError,
+    /// The budget could not cover the call.
+    BudgetExhausted,
+}
+
+impl JudgeOutcome {
+    /// Every outcome, for pre-registering series.
+    pub const ALL: [JudgeOutcome; 9] = [
+        JudgeOutcome::Ok,
+        JudgeOutcome::NoClaims,
+        JudgeOutcome::Cached,
+        JudgeOutcome::ParseError,
+        JudgeOutcome::Truncated,
+        JudgeOutcome::Timeout,
+        JudgeOutcome::RateLimited,
+        JudgeOutcome::HttpError,
+        JudgeOutcome::BudgetExhausted,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            JudgeOutcome::Ok => "ok",
+            JudgeOutcome::NoClaims => "no_claims",
+            JudgeOutcome::Cached => "cached",
+            JudgeOutcome::ParseError => "parse_error",
+            JudgeOutcome::Truncated => "truncated",
+            JudgeOutcome::Timeout => "timeout",
+            JudgeOutcome::RateLimited => "rate_limited",
+            JudgeOutcome::HttpError => "http_error",
+            JudgeOutcome::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}

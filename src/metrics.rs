@@ -12,22 +12,9 @@ use prometheus::{
 
 use crate::config::StructuredOutput;
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
-use crate::labels::{JudgeKind, Metric, SkipReason};
+use crate::labels::{JudgeKind, JudgeOutcome, Metric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
-
-/// Outcomes of a judge call; label values of `ragwatch_judge_requests_total`.
-pub const JUDGE_OUTCOMES: [&str; 9] = [
-    "ok",
-    "no_claims",
-    "parse_error",
-    "truncated",
-    "timeout",
-    "rate_limited",
-    "http_error",
-    "budget_exhausted",
-    "cached",
-];
 
 /// Why a judge call was sent again; label values of `ragwatch_judge_retries_total`. The first three
 /// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
@@ -610,8 +597,8 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
             .set(1);
         m.budget_share.set(1.0);
-        for outcome in JUDGE_OUTCOMES {
-            m.judge_requests.with_label_values(&["llm", outcome]);
+        for outcome in JudgeOutcome::ALL {
+            m.judge_requests.with_label_values(&["llm", outcome.name()]);
         }
         for direction in ["prompt", "completion"] {
             m.judge_tokens.with_label_values(&["llm", direction]);

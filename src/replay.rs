@@ -306,7 +306,7 @@ async fn judge_in_order(
                     Ok(v) => eval.verdict = Some(v),
                     Err(e) => {
                         eval.verdict = None;
-                        eval.skipped = Some(e.kind());
+                        eval.skipped = Some(e.kind().name());
                     }
                 }
             }

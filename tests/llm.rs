@@ -736,7 +736,8 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     let broker = Broker::start();
     let topic = unique("llm");
     broker.create_topic(&topic, 2);
-    produce(&broker.brokers(), &topic, &gen_traces(60, &["--seed", "8"]));
+    let traces = gen_traces(60, &["--seed", "8"]);
+    produce(&broker.brokers(), &topic, &traces);
     // Canaries: two labelled right, one mislabelled, so the judge agrees on two of three.
     let canary_dir = tempfile::tempdir().unwrap();
     let canaries = canary_dir.path().join("canaries.jsonl");
@@ -792,6 +793,37 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
         let done = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
         (done >= 60.0).then_some(m)
     });
+    let judged = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
+    // Five judged in full again (budget skips and partial verdicts are not cached): their
+    // verdicts come from the cache, counted as `cached`, not as calls.
+    let full: Vec<String> = records_file(&s)
+        .iter()
+        .filter(|r| {
+            r["status"] == "judged" && r["part_failures"].as_array().is_none_or(|p| p.is_empty())
+        })
+        .filter_map(|r| r["trace_id"].as_str().map(str::to_owned))
+        .collect();
+    let again: Vec<(String, Vec<u8>)> = traces
+        .iter()
+        .filter(|(_, payload)| {
+            let v: Value = serde_json::from_slice(payload).unwrap();
+            full.iter().any(|id| v["trace_id"] == id.as_str())
+        })
+        .take(5)
+        .cloned()
+        .collect();
+    assert_eq!(again.len(), 5, "{full:?}");
+    produce(&broker.brokers(), &topic, &again);
+    let after = wait_for("cached verdicts", Duration::from_secs(30), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]) >= 5.0).then_some(m)
+    });
+    assert_eq!(
+        after.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
+            - after.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]),
+        judged,
+        "a cached verdict is not a call"
+    );
     assert!(m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "llm")]) > 0.0);
     assert!(
         m.sum(

@@ -14,8 +14,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{JudgeJob, Position};
 use crate::events;
-use crate::judge::llm::{LlmError, LlmJudge};
-use crate::judge::{JudgeKind, OfflineJudge, Verdict};
+use crate::judge::llm::{Judged, LlmError, LlmJudge};
+use crate::judge::{JudgeKind, OfflineJudge};
 use crate::labels::SkipReason;
 use crate::recorder::Shared;
 
@@ -36,9 +36,9 @@ impl PoolJudge {
         }
     }
 
-    async fn judge(&self, job: &JudgeJob) -> Result<Verdict, LlmError> {
+    async fn judge(&self, job: &JudgeJob) -> Result<Judged, LlmError> {
         match self {
-            PoolJudge::Offline(j) => Ok(j.judge(&job.trace)),
+            PoolJudge::Offline(j) => Ok(Judged::fresh(j.judge(&job.trace))),
             PoolJudge::Llm(j) => j.judge(&job.trace, job.priority).await,
         }
     }
@@ -95,18 +95,20 @@ pub async fn run_pool(
                 return;
             };
             match verdict {
-                Ok(v) => {
-                    let outcome = if v.faithfulness.is_some() {
-                        "ok"
-                    } else {
-                        "no_claims"
-                    };
-                    m.judge_requests.with_label_values(&[kind, outcome]).inc();
+                Ok(Judged {
+                    verdict: v,
+                    outcome,
+                }) => {
+                    m.judge_requests
+                        .with_label_values(&[kind, outcome.name()])
+                        .inc();
                     shared.record_sampled(job.stratum, &v, &job.offline, job.probability);
                     shared.remember(&job.trace.trace_id, job.stratum, &v, crate::clock::now_ms());
                 }
                 Err(e) => {
-                    m.judge_requests.with_label_values(&[kind, e.kind()]).inc();
+                    m.judge_requests
+                        .with_label_values(&[kind, e.kind().name()])
+                        .inc();
                     let reason = match e {
                         LlmError::Budget if job.priority => SkipReason::BudgetReserve,
                         LlmError::Budget => SkipReason::Budget,

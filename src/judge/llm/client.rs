@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
+use crate::labels::JudgeOutcome;
 
 /// Why a judge call failed. `kind()` is the `outcome` label.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -128,16 +129,17 @@ impl LlmError {
         )
     }
 
-    /// The bounded `outcome` label.
-    pub fn kind(&self) -> &'static str {
+    /// The outcome of the call that ended with this error.
+    pub fn kind(&self) -> JudgeOutcome {
         match self {
-            LlmError::Budget => "budget_exhausted",
-            LlmError::Timeout => "timeout",
-            LlmError::RateLimited { .. } => "rate_limited",
-            LlmError::Http(_) | LlmError::FormatRejected { .. } => "http_error",
-            LlmError::Transport(_) => "http_error",
-            LlmError::Parse(_) | LlmError::Embedding(_) => "parse_error",
-            LlmError::Truncated => "truncated",
+            LlmError::Budget => JudgeOutcome::BudgetExhausted,
+            LlmError::Timeout => JudgeOutcome::Timeout,
+            LlmError::RateLimited { .. } => JudgeOutcome::RateLimited,
+            LlmError::Http(_) | LlmError::FormatRejected { .. } | LlmError::Transport(_) => {
+                JudgeOutcome::HttpError
+            }
+            LlmError::Parse(_) | LlmError::Embedding(_) => JudgeOutcome::ParseError,
+            LlmError::Truncated => JudgeOutcome::Truncated,
         }
     }
 
@@ -146,7 +148,7 @@ impl LlmError {
     pub fn part_reason(&self) -> &'static str {
         match self {
             LlmError::Embedding(e) => e.kind(),
-            other => other.kind(),
+            other => other.kind().name(),
         }
     }
 
@@ -441,7 +443,7 @@ impl LlmClient {
                 return Err(err);
             }
             tracing::debug!(attempt, error = %err, wait_ms = wait.as_millis() as u64, "retrying judge call");
-            tries.retries.push(err.kind());
+            tries.retries.push(err.kind().name());
             tokio::time::sleep(wait).await;
         }
     }
@@ -687,13 +689,13 @@ mod tests {
         assert!(!LlmError::Parse("x".into()).is_retryable());
         assert_eq!(
             LlmError::RateLimited { retry_after: None }.kind(),
-            "rate_limited"
+            JudgeOutcome::RateLimited
         );
-        assert_eq!(LlmError::Budget.kind(), "budget_exhausted");
+        assert_eq!(LlmError::Budget.kind().name(), "budget_exhausted");
         let dim = LlmError::from(EmbeddingError::DimensionChanged { was: 3, now: 4 });
         assert_eq!(
             (dim.kind(), dim.part_reason()),
-            ("parse_error", "embedding_dimension_changed")
+            (JudgeOutcome::ParseError, "embedding_dimension_changed")
         );
     }
 

@@ -46,6 +46,7 @@ use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, Verdict, clean_score};
 use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
+use crate::labels::JudgeOutcome;
 use crate::trace::Trace;
 use mode::{ModeState, Probe};
 use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
@@ -143,6 +144,27 @@ pub struct LlmJudge {
     observer: Arc<dyn LlmObserver>,
     records: Option<super::records::RecordsFile>,
     records_topic: Option<RecordsTopic>,
+}
+
+/// A verdict and how the call that gave it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// `Ok`, `NoClaims` or `Cached`.
+    pub outcome: JudgeOutcome,
+}
+
+impl Judged {
+    /// A verdict from the model just now.
+    pub fn fresh(verdict: Verdict) -> Self {
+        let outcome = if verdict.faithfulness.is_some() {
+            JudgeOutcome::Ok
+        } else {
+            JudgeOutcome::NoClaims
+        };
+        Judged { verdict, outcome }
+    }
 }
 
 /// Where verdict records are published, when `llm.records_topic` is set.
@@ -389,13 +411,19 @@ impl LlmJudge {
         &self.budget
     }
 
-    /// Judges one trace. Every failure is an `LlmError` whose `kind()` is the outcome label. A
-    /// `priority` trace (a stratum's guaranteed sample) may spend the budget's reserve.
-    pub async fn judge(&self, trace: &Trace, priority: bool) -> Result<Verdict, LlmError> {
-        if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
-            return Ok(v);
+    /// Judges one trace: the verdict and its outcome (`ok`, `no_claims`, or `cached` when reused);
+    /// every failure is an `LlmError` whose `kind()` is the outcome. A `priority` trace (a
+    /// stratum's guaranteed sample) may spend the budget's reserve.
+    pub async fn judge(&self, trace: &Trace, priority: bool) -> Result<Judged, LlmError> {
+        if let Some(verdict) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
+            return Ok(Judged {
+                verdict,
+                outcome: JudgeOutcome::Cached,
+            });
         }
-        self.judge_with(trace, Admission::Skip { priority }).await
+        self.judge_with(trace, Admission::Skip { priority })
+            .await
+            .map(Judged::fresh)
     }
 
     /// Judges one trace for replay: every trace is wanted, so a call waits for the per-minute
@@ -495,7 +523,7 @@ impl LlmJudge {
                 Ok(verdict)
             }
             Err(e) => {
-                self.write_record(&record(e.kind(), None, Some(&e)));
+                self.write_record(&record(e.kind().name(), None, Some(&e)));
                 Err(e)
             }
         }
