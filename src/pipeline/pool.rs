@@ -144,3 +144,105 @@ fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
         &job.trace.trace_id,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    //! The drain and the grace period, in process on tokio's paused clock: a judge server that
+    //! accepts connections and never answers, so only the grace deadline ends the drain.
+
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::trace::Trace;
+
+    fn job(id: &str, offset: i64) -> JudgeJob {
+        let trace = Trace {
+            trace_id: id.into(),
+            timestamp_ms: None,
+            query: "When does the museum open?".into(),
+            contexts: Vec::new(),
+            answer: "It opens at 9.".into(),
+            stratum: None,
+            metadata: serde_json::Value::Null,
+            label_faithful: None,
+            gold: None,
+        };
+        let offline = OfflineJudge::default().judge(&trace);
+        JudgeJob {
+            trace,
+            stratum: 0,
+            offline,
+            position: Some(Position {
+                topic: 0,
+                partition: 0,
+                offset,
+            }),
+            priority: false,
+            probability: 1.0,
+        }
+    }
+
+    /// Two workers and three jobs against a server that never answers (request timeout an hour):
+    /// the pool waits for the grace deadline, not longer, then skips all three as `shutdown` and
+    /// acks none of them (so a restart reads them again).
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_judge_is_abandoned_at_the_grace_deadline_and_nothing_is_acked() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = silent.accept().await {
+                held.push(conn);
+            }
+        });
+        let config = Config::from_toml_with_env(
+            &format!(
+                "[judge]\nsampled = \"llm\"\nworkers = 2\n[llm]\nbase_url = \"http://{addr}/v1\"\n\
+                 structured_output = \"json_schema\"\nrequest_timeout_ms = 3600000\n\
+                 trace_deadline_ms = 3600000\nmax_attempts = 1\n"
+            ),
+            &HashMap::new(),
+        )
+        .unwrap();
+        let shared = Shared::new(&config);
+        let judge = LlmJudge::try_new(&config, &HashMap::new(), shared.metrics.clone()).unwrap();
+        let (jobs_tx, jobs_rx) = mpsc::channel(8);
+        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel();
+        for (i, id) in ["a", "b", "c"].iter().enumerate() {
+            shared.metrics.judge_queue_depth.inc();
+            jobs_tx.send(job(id, i as i64)).await.unwrap();
+        }
+        let abandon = CancellationToken::new();
+        let grace = Duration::from_secs(30);
+        let started = tokio::time::Instant::now();
+        let pool = tokio::spawn(run_pool(
+            PoolJudge::Llm(Arc::new(judge)),
+            2,
+            jobs_rx,
+            Some(ack_tx),
+            shared.clone(),
+            abandon.clone(),
+        ));
+        // Shutdown: the source stops (the queue closes) and the grace timer starts, as app does.
+        drop(jobs_tx);
+        tokio::time::sleep(grace).await;
+        abandon.cancel();
+        pool.await.unwrap();
+        let waited = started.elapsed();
+        assert!(
+            waited >= grace && waited < grace + Duration::from_secs(1),
+            "{waited:?}"
+        );
+        let skipped = shared
+            .metrics
+            .traces_skipped
+            .with_label_values(&[shared.stratifier.name(0), "shutdown"])
+            .get();
+        assert_eq!(skipped, 3, "two in flight and one queued, all skipped");
+        assert!(ack_rx.try_recv().is_err(), "nothing acked");
+        assert_eq!(shared.metrics.judge_queue_depth.get(), 0);
+        hold.abort();
+    }
+}
