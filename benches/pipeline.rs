@@ -3,6 +3,8 @@
 //! - `offline_judge`: the offline judge's features and score, as the ingest path runs it (without
 //!   the verdict's `details` JSON, which only verdict records need);
 //! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
+//! - `render_text`, `render_openmetrics`: one `/metrics` body after those traces, in each format
+//!   (OpenMetrics with the exemplars); the throughput figure there is scrapes per second.
 //!
 //! Throughput is reported in traces per second (criterion's elements/s).
 
@@ -77,6 +79,26 @@ fn bench(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         )
+    });
+    g.finish();
+
+    let shared = Shared::new(&config);
+    let mut p = Pipeline::new(&config, shared.clone(), None);
+    for l in &lines {
+        p.ingest(l, None);
+    }
+    let m = &shared.metrics;
+    eprintln!(
+        "/metrics: text {} bytes, OpenMetrics {} bytes, {} exemplars",
+        m.render().len(),
+        m.render_openmetrics().len(),
+        m.exemplars.len()
+    );
+    let mut g = c.benchmark_group("metrics");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("render_text", |b| b.iter(|| m.render().len()));
+    g.bench_function("render_openmetrics", |b| {
+        b.iter(|| m.render_openmetrics().len())
     });
     g.finish();
 }
