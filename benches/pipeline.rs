@@ -3,6 +3,10 @@
 //! - `offline_judge`: the offline judge's features and score, as the ingest path runs it (without
 //!   the verdict's `details` JSON, which only verdict records need);
 //! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
+//! - `render_text`, `render_openmetrics`: one `/metrics` body after those traces, in each format
+//!   (OpenMetrics with the exemplars); the throughput figure there is scrapes per second.
+//! - `exemplar_record`: three scores' trace ids per trace into the exemplar store, as the ingest
+//!   path records them (throughput in traces per second).
 //!
 //! Throughput is reported in traces per second (criterion's elements/s).
 
@@ -77,6 +81,44 @@ fn bench(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         )
+    });
+    g.finish();
+
+    let shared = Shared::new(&config);
+    let mut p = Pipeline::new(&config, shared.clone(), None);
+    for l in &lines {
+        p.ingest(l, None);
+    }
+    let m = &shared.metrics;
+    eprintln!(
+        "/metrics: text {} bytes, OpenMetrics {} bytes, {} exemplars",
+        m.render().len(),
+        m.render_openmetrics().len(),
+        m.exemplars.len()
+    );
+    let mut g = c.benchmark_group("metrics");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("render_text", |b| b.iter(|| m.render().len()));
+    g.bench_function("render_openmetrics", |b| {
+        b.iter(|| m.render_openmetrics().len())
+    });
+    // What the ingest path adds per trace for exemplars: three scores' trace ids into the store.
+    g.throughput(Throughput::Elements(decoded.len() as u64));
+    g.bench_function("exemplar_record", |b| {
+        b.iter(|| {
+            for (i, t) in decoded.iter().enumerate() {
+                let stratum = ["head", "tail", "default"][i % 3];
+                for v in [0.3, 0.6, 0.9] {
+                    m.exemplars.record(
+                        "ragwatch_faithfulness_ratio",
+                        &[stratum, "offline"],
+                        v,
+                        &t.trace_id,
+                        i as u64,
+                    );
+                }
+            }
+        })
     });
     g.finish();
 }

@@ -1,4 +1,5 @@
-//! The admin HTTP server: `/metrics` (Prometheus text format), `/livez` and `/readyz`, and, when
+//! The admin HTTP server: `/metrics` (Prometheus text format; OpenMetrics with exemplars when the
+//! scraper's `Accept` header prefers it, as Prometheus's does), `/livez` and `/readyz`, and, when
 //! `labels.enabled`, `POST /v1/labels` (JSON lines of human labels, joined to recent traces).
 //!
 //! Liveness and readiness describe this process only. A sidecar whose readiness followed Kafka or the
@@ -12,13 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, openmetrics};
 use crate::recorder::{LabelOutcome, Shared};
 
 /// What the handlers read.
@@ -64,14 +65,25 @@ async fn labels(State(s): State<AdminState>, body: Bytes) -> impl IntoResponse {
     )
 }
 
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
+async fn metrics(State(s): State<AdminState>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if openmetrics::wants_openmetrics(accept) {
+        (
+            [(header::CONTENT_TYPE, openmetrics::CONTENT_TYPE)],
+            s.metrics.render_openmetrics(),
+        )
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            s.metrics.render(),
+        )
+    }
 }
 
 async fn livez() -> &'static str {

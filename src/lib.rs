@@ -45,7 +45,8 @@
 //! - [`judge`]: verdicts, the offline judge and its trained model, the LLM judge.
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
 //!   diagnosis.
-//! - [`metrics`]: every metric name, on one registry.
+//! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and
+//!   judge-latency histograms, and the OpenMetrics exposition that carries them.
 //! - [`events`]: log-and-count call sites, rate-limited.
 //! - [`recorder`]: where verdicts become numbers; the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.

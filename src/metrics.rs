@@ -4,6 +4,15 @@
 //! Counters and histograms are what PromQL pools across replicas; the `window_*` gauges are this
 //! replica's own view. Every label value comes from a bounded set: declared strata plus `default` and
 //! `other`, reject reasons, judge names, rule names.
+//!
+//! The score and judge-latency histograms also keep the trace id of each bucket's latest
+//! observation ([`exemplars`]); `/metrics` writes them in the OpenMetrics format
+//! ([`openmetrics`]) when the scraper asks for it.
+
+pub mod exemplars;
+pub mod openmetrics;
+
+use std::sync::Arc;
 
 use prometheus::{
     CounterVec, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -15,6 +24,7 @@ use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
 use crate::labels::{JudgeKind, JudgeOutcome, Metric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
+use exemplars::Exemplars;
 
 /// Why a judge call was sent again; label values of `ragwatch_judge_retries_total`. The first three
 /// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
@@ -31,6 +41,17 @@ pub const JUDGE_RETRY_REASONS: [&str; 6] = [
 
 /// Buckets for scores in [0, 1]: one per tenth, so `le="0.5"` counts the clearly unfaithful.
 const RATIO_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+/// Buckets of `ragwatch_judge_duration_seconds`.
+const JUDGE_DURATION_BUCKETS: [f64; 12] = [
+    0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The histograms whose observations carry their trace id as an exemplar.
+const FAITHFULNESS: &str = "ragwatch_faithfulness_ratio";
+const ANSWER_RELEVANCY: &str = "ragwatch_answer_relevancy_ratio";
+const CONTEXT_RELEVANCE: &str = "ragwatch_context_relevance_ratio";
+const JUDGE_DURATION: &str = "ragwatch_judge_duration_seconds";
 
 /// All metric families of one process.
 #[derive(Debug, Clone)]
@@ -156,6 +177,8 @@ pub struct Metrics {
     pub traces_unjudged: IntCounterVec,
     /// OTLP/HTTP export requests, by outcome.
     pub otlp_requests: IntCounterVec,
+    /// The latest trace id per bucket of the score and judge-latency histograms.
+    pub exemplars: Arc<Exemplars>,
 }
 
 /// Outcomes of an OTLP/HTTP export request; label values of `ragwatch_otlp_requests_total`.
@@ -228,6 +251,16 @@ impl Metrics {
     /// rules see zeros rather than absent series.
     pub fn new(strata: &[String], judge_model: &str) -> Self {
         let r = Registry::new();
+        let mut exemplars = Exemplars::new(counter(
+            &r,
+            "ragwatch_exemplars_dropped_total",
+            "Trace ids not kept as exemplars, by reason (too_long: over OpenMetrics's 128-character label set; empty).",
+            &["reason"],
+        ));
+        for name in [FAITHFULNESS, ANSWER_RELEVANCY, CONTEXT_RELEVANCE] {
+            exemplars.family(name, &["stratum", "judge"], &RATIO_BUCKETS);
+        }
+        exemplars.family(JUDGE_DURATION, &["judge"], &JUDGE_DURATION_BUCKETS);
         let m = Metrics {
             traces_received: counter(
                 &r,
@@ -261,14 +294,14 @@ impl Metrics {
             ),
             faithfulness: histogram(
                 &r,
-                "ragwatch_faithfulness_ratio",
+                FAITHFULNESS,
                 "Faithfulness scores (supported claims / claims), by stratum and judge.",
                 &["stratum", "judge"],
                 RATIO_BUCKETS.to_vec(),
             ),
             answer_relevancy: histogram(
                 &r,
-                "ragwatch_answer_relevancy_ratio",
+                ANSWER_RELEVANCY,
                 "Answer relevancy scores, by stratum and judge.",
                 &["stratum", "judge"],
                 RATIO_BUCKETS.to_vec(),
@@ -307,7 +340,7 @@ impl Metrics {
             ),
             context_relevance: histogram(
                 &r,
-                "ragwatch_context_relevance_ratio",
+                CONTEXT_RELEVANCE,
                 "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
                 &["stratum", "judge"],
                 RATIO_BUCKETS.to_vec(),
@@ -417,12 +450,10 @@ impl Metrics {
             ),
             judge_duration: histogram(
                 &r,
-                "ragwatch_judge_duration_seconds",
+                JUDGE_DURATION,
                 "Judge call latency.",
                 &["judge"],
-                vec![
-                    0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                ],
+                JUDGE_DURATION_BUCKETS.to_vec(),
             ),
             judge_tokens: counter(
                 &r,
@@ -592,6 +623,7 @@ impl Metrics {
                 &["outcome"],
             ),
             registry: r,
+            exemplars: Arc::new(exemplars),
         };
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
@@ -668,6 +700,40 @@ impl Metrics {
                     .inc_by(v);
             }
         }
+    }
+
+    /// Observes one score of `metric` with the trace it came from as the bucket's exemplar.
+    pub fn observe_score(
+        &self,
+        metric: Metric,
+        labels: [&str; 2],
+        v: f64,
+        trace_id: &str,
+        now_ms: u64,
+    ) {
+        let (h, name) = match metric {
+            Metric::Faithfulness => (&self.faithfulness, FAITHFULNESS),
+            Metric::AnswerRelevancy => (&self.answer_relevancy, ANSWER_RELEVANCY),
+            Metric::ContextRelevance => (&self.context_relevance, CONTEXT_RELEVANCE),
+        };
+        h.with_label_values(&labels).observe(v);
+        self.exemplars.record(name, &labels, v, trace_id, now_ms);
+    }
+
+    /// Observes one judge call's latency with the judged trace as the bucket's exemplar.
+    pub fn observe_judge_duration(&self, judge: &str, secs: f64, trace_id: &str, now_ms: u64) {
+        self.judge_duration
+            .with_label_values(&[judge])
+            .observe(secs);
+        self.exemplars
+            .record(JUDGE_DURATION, &[judge], secs, trace_id, now_ms);
+    }
+
+    /// The OpenMetrics exposition of every family, with exemplars.
+    pub fn render_openmetrics(&self) -> String {
+        let mut out = String::with_capacity(96 * 1024);
+        openmetrics::encode(&self.registry.gather(), &self.exemplars, &mut out);
+        out
     }
 
     /// The Prometheus text exposition of every family.

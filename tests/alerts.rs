@@ -13,7 +13,9 @@
 //!
 //! Checked: nothing fires while both strata are healthy; the degrading stratum pages (critical,
 //! RagwatchFaithfulnessBelowFloor or RagwatchFaithfulnessDrift, to the pager receiver, with its
-//! labels and runbook); the stable stratum never gets any alert; every dashboard query returns data.
+//! labels and runbook); the stable stratum never gets any alert; every dashboard query returns data;
+//! Prometheus, with exemplar storage on, holds exemplars on the low faithfulness buckets that name
+//! traces the test sent, among them answers the human labels call unfaithful.
 //! Printed: the time from the drop to the page, and the estimates behind it.
 
 #![allow(clippy::unwrap_used)]
@@ -22,7 +24,7 @@ mod common;
 #[path = "common/label_judge.rs"]
 mod label_judge;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -241,6 +243,45 @@ fn query(prom: u16, q: &str) -> Option<Vec<Value>> {
     v["data"]["result"].as_array().cloned()
 }
 
+/// The exemplars Prometheus holds for `q` between `start` and `end` (Unix seconds): the series'
+/// labels, the exemplar's trace id and value.
+fn query_exemplars(prom: u16, q: &str, start: f64, end: f64) -> Vec<(Value, String, f64)> {
+    let Some((200, body)) = http_get(
+        ([127, 0, 0, 1], prom).into(),
+        &format!(
+            "/api/v1/query_exemplars?query={}&start={start:.3}&end={end:.3}",
+            urlencode(q)
+        ),
+    ) else {
+        return Vec::new();
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    let mut out = Vec::new();
+    for series in v["data"].as_array().into_iter().flatten() {
+        for e in series["exemplars"].as_array().into_iter().flatten() {
+            out.push((
+                series["seriesLabels"].clone(),
+                e["labels"]["trace_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["value"]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN),
+            ));
+        }
+    }
+    out
+}
+
+fn unix_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 /// `q`'s value per stratum.
 fn by_stratum(prom: u16, q: &str) -> BTreeMap<String, f64> {
     query(prom, q)
@@ -323,7 +364,7 @@ impl Data {
 
 /// Produces both strata at `RATE_PER_SEC` each, evenly spaced, until `stop`: each trace a random
 /// faithful answer with probability 0.9, else a random unfaithful one; 0.5 for `degrading` once
-/// `degraded` is set.
+/// `degraded` is set. Each trace id sent goes into `labels` with its answer's human label.
 fn stream(
     data: Data,
     brokers: String,
@@ -331,6 +372,7 @@ fn stream(
     degraded: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
+    labels: Arc<Mutex<HashMap<String, bool>>>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
@@ -350,7 +392,8 @@ fn stream(
                 } else {
                     0.9
                 };
-                let pool = if rng.random::<f64>() < share {
+                let faithful = rng.random::<f64>() < share;
+                let pool = if faithful {
                     &data.faithful
                 } else {
                     &data.unfaithful
@@ -359,6 +402,7 @@ fn stream(
                 n += 1;
                 let id = format!("{stratum}-{n}");
                 trace["trace_id"] = Value::from(id.as_str());
+                labels.lock().unwrap().insert(id.clone(), faithful);
                 trace["stratum"] = Value::from(stratum);
                 let payload = serde_json::to_vec(&trace).unwrap();
                 let mut record = BaseRecord::to(&topic).key(&id).payload(&payload);
@@ -519,6 +563,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
     let degraded = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
+    let sent_labels = Arc::new(Mutex::new(HashMap::new()));
     let producer = stream(
         data,
         broker.brokers(),
@@ -526,6 +571,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         Arc::clone(&degraded),
         Arc::clone(&stop),
         Arc::clone(&sent),
+        Arc::clone(&sent_labels),
     );
     // Both strata arrive and the stand-in judges them, before anything watches.
     wait_for(
@@ -571,6 +617,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
     )
     .unwrap();
     let started = Instant::now();
+    let started_unix = unix_secs();
     let _prom = daemon(
         "prometheus",
         &[
@@ -581,6 +628,8 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
             format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
             format!("--web.listen-address=127.0.0.1:{prom_port}"),
             "--rules.alert.resend-delay=1s".into(),
+            // As shipped (README, Deployment): exemplars are kept only with this on.
+            "--enable-feature=exemplar-storage".into(),
         ],
         &dir.path().join("prometheus.log"),
     );
@@ -714,6 +763,48 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // Exemplars: the low faithfulness buckets of the degrading stratum link to traces that were
+    // sent, scored in that bucket; some are answers the human labels call unfaithful.
+    let low = query_exemplars(
+        prom_port,
+        &format!(
+            "ragwatch_faithfulness_ratio_bucket{{namespace=\"{NAMESPACE}\", stratum=\"degrading\", le=~\"0.1|0.2|0.3|0.4|0.5\"}}"
+        ),
+        started_unix,
+        unix_secs() + 1.0,
+    );
+    let latency = query_exemplars(
+        prom_port,
+        "ragwatch_judge_duration_seconds_bucket{judge=\"llm\"}",
+        started_unix,
+        unix_secs() + 1.0,
+    );
+    let labels_sent = sent_labels.lock().unwrap().clone();
+    let mut low_by_label: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    let mut exemplar_problems = Vec::new();
+    for (series, id, value) in &low {
+        let judge = series["judge"].as_str().unwrap_or("?").to_owned();
+        let le: f64 = series["le"]
+            .as_str()
+            .unwrap_or("NaN")
+            .parse()
+            .unwrap_or(f64::NAN);
+        if value.is_nan() || le.is_nan() || *value > le {
+            exemplar_problems.push(format!("{id} value {value} above le {le}"));
+        }
+        match labels_sent.get(id) {
+            Some(true) => low_by_label.entry(judge).or_default().0 += 1,
+            Some(false) => low_by_label.entry(judge).or_default().1 += 1,
+            None => exemplar_problems.push(format!("{id}: never sent")),
+        }
+    }
+    for (_, id, _) in &latency {
+        if !labels_sent.contains_key(id) {
+            exemplar_problems.push(format!("judge latency exemplar {id}: never sent"));
+        }
+    }
+    let unfaithful_low = low_by_label.values().map(|c| c.1).sum::<u32>();
+
     let m = rw.metrics().unwrap();
     let skipped: Vec<String> = ["budget", "budget_reserve", "queue_full", "judge_error"]
         .iter()
@@ -735,6 +826,11 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         None => eprintln!("drop -> page: none within {PAGE_DEADLINE:?}"),
     }
     eprintln!("{}", watch.report());
+    eprintln!(
+        "exemplars in Prometheus: {} on the degrading stratum's faithfulness buckets le <= 0.5 (by judge: (human-labelled faithful, unfaithful) {low_by_label:?}), {} on the LLM judge's latency buckets",
+        low.len(),
+        latency.len()
+    );
     eprintln!("combined faithfulness at the end of the healthy phase: {healthy_figures}");
     eprintln!("combined faithfulness when the page arrived: {figures_at_page}");
     eprintln!(
@@ -795,6 +891,18 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         );
     }
     eprintln!("page description: {}", page.annotations["description"]);
+    assert!(
+        exemplar_problems.is_empty(),
+        "exemplars: {exemplar_problems:?}"
+    );
+    assert!(
+        unfaithful_low > 0,
+        "no exemplar of an unfaithful answer on a low faithfulness bucket: {low_by_label:?}"
+    );
+    assert!(
+        !latency.is_empty(),
+        "no exemplar on the judge latency buckets"
+    );
     // Nothing about the stable stratum arrived while the dashboard was checked either.
     let late: Vec<String> = delivered(&seen)
         .iter()

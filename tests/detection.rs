@@ -181,7 +181,14 @@ fn simulate(
         while let Ok(job) = rx.try_recv() {
             let faithful = labels[&job.trace.trace_id];
             let v = llm_verdict(&mut rng, faithful);
-            shared.record_sampled_at(job.stratum, &v, &job.offline, job.probability, now);
+            shared.record_sampled_at(
+                job.stratum,
+                &v,
+                &job.offline,
+                job.probability,
+                &job.trace.trace_id,
+                now,
+            );
             run.judged += 1;
         }
         evaluate_once(&config, &shared, &judges, now);

@@ -27,6 +27,11 @@ if ! command -v kubernetes-validate >/dev/null; then
   echo "installing kubernetes-validate (PyPI)"
   python3 -m pip install -q kubernetes-validate
 fi
+# The OpenMetrics reference parser, for tests/exposition.rs.
+if ! python3 -c "import prometheus_client.openmetrics.parser" 2>/dev/null; then
+  echo "installing prometheus-client (PyPI)"
+  python3 -m pip install -q prometheus-client
+fi
 # moto's S3-compatible server: durable storage for the broker that tests kill and restart.
 if ! python3 -c "import moto.server, flask" 2>/dev/null; then
   echo "installing moto[server] (PyPI)"

@@ -210,7 +210,8 @@ impl Pipeline {
                     .observe(score);
             }
         }
-        self.shared.record_at(stratum, &verdict, now);
+        self.shared
+            .record_at(stratum, &verdict, &trace.trace_id, now);
         self.shared
             .remember(&trace.trace_id, stratum, &verdict, now);
         let (decision, probability) = self.sampler.decide_with_probability(

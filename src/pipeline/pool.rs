@@ -86,9 +86,12 @@ pub async fn run_pool(
                 v = judge.judge(&job) => Some(v),
             };
             let m = &shared.metrics;
-            m.judge_duration
-                .with_label_values(&[kind])
-                .observe(started.elapsed().as_secs_f64());
+            m.observe_judge_duration(
+                kind,
+                started.elapsed().as_secs_f64(),
+                &job.trace.trace_id,
+                crate::clock::now_ms(),
+            );
             let Some(verdict) = verdict else {
                 // Abandoned at the grace deadline: not acked, so redelivered after a restart.
                 skip_shutdown(&shared, &job);
@@ -102,7 +105,13 @@ pub async fn run_pool(
                     m.judge_requests
                         .with_label_values(&[kind, outcome.name()])
                         .inc();
-                    shared.record_sampled(job.stratum, &v, &job.offline, job.probability);
+                    shared.record_sampled(
+                        job.stratum,
+                        &v,
+                        &job.offline,
+                        job.probability,
+                        &job.trace.trace_id,
+                    );
                     shared.remember(&job.trace.trace_id, job.stratum, &v, crate::clock::now_ms());
                 }
                 Err(e) => {

@@ -95,13 +95,13 @@ impl Shared {
     }
 
     /// Counts a verdict and adds its scores to the windows (and, for the offline judge, to the
-    /// combined estimate's population).
-    pub fn record(&self, stratum: StratumId, verdict: &Verdict) {
-        self.record_at(stratum, verdict, now_ms());
+    /// combined estimate's population). Each score keeps `trace_id` as its bucket's exemplar.
+    pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str) {
+        self.record_at(stratum, verdict, trace_id, now_ms());
     }
 
     /// [`Shared::record`] at a given time (tests and simulations drive the clock).
-    pub fn record_at(&self, stratum: StratumId, verdict: &Verdict, now: u64) {
+    pub fn record_at(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str, now: u64) {
         let m = &self.metrics;
         let s = self.stratifier.name(stratum);
         let j = verdict.judge.name();
@@ -127,12 +127,7 @@ impl Shared {
             let Some(v) = verdict.score(metric) else {
                 continue;
             };
-            let h = match metric {
-                Metric::Faithfulness => &m.faithfulness,
-                Metric::AnswerRelevancy => &m.answer_relevancy,
-                Metric::ContextRelevance => &m.context_relevance,
-            };
-            h.with_label_values(&[s, j]).observe(v);
+            m.observe_score(metric, [s, j], v, trace_id, now);
             m.score_squares
                 .with_label_values(&[metric.name(), s, j])
                 .inc_by(v * v);
@@ -153,8 +148,9 @@ impl Shared {
         verdict: &Verdict,
         offline: &Verdict,
         probability: f64,
+        trace_id: &str,
     ) {
-        self.record_sampled_at(stratum, verdict, offline, probability, now_ms());
+        self.record_sampled_at(stratum, verdict, offline, probability, trace_id, now_ms());
     }
 
     /// [`Shared::record_sampled`] at a given time.
@@ -164,9 +160,10 @@ impl Shared {
         verdict: &Verdict,
         offline: &Verdict,
         probability: f64,
+        trace_id: &str,
         now: u64,
     ) {
-        self.record_at(stratum, verdict, now);
+        self.record_at(stratum, verdict, trace_id, now);
         if !self.estimate || verdict.judge != JudgeKind::Llm {
             return;
         }
