@@ -111,7 +111,7 @@ impl LabelJudge {
 }
 
 /// The bodies of every `<open ...>body</close>` in `text`.
-fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+pub fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find(open) {
@@ -129,7 +129,7 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     out
 }
 
-fn words(s: &str) -> Vec<String> {
+pub fn words(s: &str) -> Vec<String> {
     s.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
@@ -137,7 +137,7 @@ fn words(s: &str) -> Vec<String> {
 }
 
 /// The answer's sentences of three words or more; the whole answer when it has none.
-fn claims_of(answer: &str) -> Vec<String> {
+pub fn claims_of(answer: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut start = 0;
     let chars: Vec<(usize, char)> = answer.char_indices().collect();
@@ -312,7 +312,7 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Respo
 }
 
 /// A hashed bag-of-words embedding: texts sharing words point the same way.
-fn embed(text: &str) -> Vec<f64> {
+pub fn embed(text: &str) -> Vec<f64> {
     let mut v = vec![0.0; 64];
     for w in words(text).into_iter().filter(|w| w.len() >= 4) {
         let h = w.bytes().fold(1469598103934665603u64, |h, b| {
@@ -328,6 +328,11 @@ async fn embeddings(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) ->
         .counts
         .embedding_requests
         .fetch_add(1, Ordering::SeqCst);
+    Json(embeddings_reply(&body)).into_response()
+}
+
+/// The embeddings endpoint's reply to `body`: [`embed`] of every input.
+pub fn embeddings_reply(body: &Value) -> Value {
     let inputs: Vec<String> = body["input"]
         .as_array()
         .map(|a| {
@@ -342,6 +347,5 @@ async fn embeddings(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) ->
         .enumerate()
         .map(|(i, s)| json!({"object": "embedding", "index": i, "embedding": embed(s)}))
         .collect();
-    Json(json!({"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
-        .into_response()
+    json!({"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 }
