@@ -103,6 +103,7 @@ pub async fn run_pool(
                     };
                     m.judge_requests.with_label_values(&[kind, outcome]).inc();
                     shared.record_sampled(job.stratum, &v, &job.offline, job.probability);
+                    shared.record_audit(job.stratum, &job.trace, &v);
                     shared.remember(&job.trace.trace_id, job.stratum, &v, crate::clock::now_ms());
                 }
                 Err(e) => {
