@@ -82,7 +82,13 @@ fn audit(config: &Path, input: &Path, out: &Path, seed: u64) -> (Value, String) 
             ])
             .arg(config)
             .arg(input)
-            .args(["--audit", "--resamples", "400", "--seed", &seed.to_string()])
+            .args([
+                "--audit",
+                "--resamples",
+                "1000",
+                "--seed",
+                &seed.to_string(),
+            ])
             .arg("--audit-out")
             .arg(out)
             .env("RAGWATCH_LLM_API_KEY", "sk-test-secret"),

@@ -232,19 +232,9 @@ pub fn judge_model(config: &Config) -> String {
 #[cfg(test)]
 mod audit_tests {
     use super::*;
-    use crate::judge::Citations;
 
     fn verdict(judge: JudgeKind, faithfulness: f64) -> Verdict {
-        Verdict {
-            judge,
-            faithfulness: Some(faithfulness),
-            answer_relevancy: None,
-            refusal: false,
-            uncertain: false,
-            citations: Citations::default(),
-            context_relevance: None,
-            details: serde_json::Value::Null,
-        }
+        Verdict::with_faithfulness(judge, faithfulness)
     }
 
     #[test]

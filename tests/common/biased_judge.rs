@@ -23,7 +23,9 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::label_judge::{between, claims_of, embeddings_reply};
+use crate::label_judge::{
+    between, claims_of, completion, embeddings_reply, first, questions_asked, serve,
+};
 
 /// What the stand-in's faithfulness depends on.
 #[derive(Debug, Clone)]
@@ -63,11 +65,7 @@ impl BiasedJudge {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .with_state(inner);
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let addr = serve(&runtime, app);
         BiasedJudge {
             addr,
             faithfulness_requests,
@@ -98,14 +96,7 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Json<
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
     let user = body["messages"][1]["content"].as_str().unwrap_or_default();
     let format = &body["response_format"];
-    let question = between(user, "<question", "</question>")
-        .first()
-        .map(|q| q.to_string())
-        .unwrap_or_default();
-    let answer = between(user, "<answer", "</answer>")
-        .first()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let (question, answer) = (first(user, "question"), first(user, "answer"));
     let content = match format["json_schema"]["name"].as_str().unwrap_or_default() {
         "faithfulness" => {
             inner.faithfulness_requests.fetch_add(1, Ordering::SeqCst);
@@ -137,11 +128,7 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Json<
         }
         "claims" => json!({"claims": claims_of(&answer)}).to_string(),
         "relevancy" => {
-            let n: usize = system
-                .split_whitespace()
-                .nth(1)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(3);
+            let n = questions_asked(system);
             let questions: Vec<Value> = (0..n)
                 .map(|_| json!({"question": question, "noncommittal": false}))
                 .collect();
@@ -149,15 +136,12 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Json<
         }
         _ => "{}".to_owned(),
     };
-    let usage = json!({
-        "prompt_tokens": (system.len() + user.len()) / 4,
-        "completion_tokens": content.len() / 4,
-    });
-    Json(json!({
-        "id": "chatcmpl-biased", "object": "chat.completion", "model": body["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": usage,
-    }))
+    Json(completion(
+        "chatcmpl-biased",
+        &body,
+        system.len() + user.len(),
+        content,
+    ))
 }
 
 async fn embeddings(Json(body): Json<Value>) -> Json<Value> {
