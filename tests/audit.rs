@@ -221,6 +221,22 @@ fn an_order_biased_judge_shows_the_flips() {
             .any(|l| l.starts_with("llm/position_flip_share") && l.ends_with("fail")),
         "{table}"
     );
+    // The shipped audit gate fails it on the same check.
+    let shipped = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("gate")
+        .arg(&out)
+        .args(["--gate", "config/gate-audit.toml"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(shipped.stdout).unwrap();
+    assert_eq!(shipped.status.code(), Some(1), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("llm/position_flip_share") && l.ends_with("fail")),
+        "{table}"
+    );
 }
 
 /// The development set: the offline judge, and the LLM judge played by the stand-in that follows
