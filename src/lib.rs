@@ -49,7 +49,8 @@
 //!   diagnosis.
 //! - [`metrics`]: every metric name, on one registry.
 //! - [`events`]: log-and-count call sites, rate-limited.
-//! - [`recorder`]: where verdicts become numbers; the evaluator that exports windows and drift.
+//! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
+//!   same-family count too); the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
 //! - [`source`]: Kafka consumer group, JSONL file/stdin and OTLP/HTTP sources; per-partition offset
 //!   tracking, through span assembly for OTLP.

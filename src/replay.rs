@@ -2,6 +2,8 @@
 //! verdict per line and returns a per-stratum summary; with labelled traces (`label_faithful`) the
 //! summary also says how well the judge agrees with the labels. With the LLM judge, replay keeps
 //! `judge.workers` traces in flight and paces itself to the per-minute budget instead of skipping.
+//! The labelled traces are also kept, as each judge scored them, for the judge audit
+//! ([`Summary::audit`], `replay --audit`).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
