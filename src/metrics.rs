@@ -177,6 +177,36 @@ pub struct Metrics {
 /// Terms of `ragwatch_judge_length_moments_total`: the additive sums Pearson's r is computed from.
 pub const LENGTH_TERMS: [&str; 6] = ["n", "x", "y", "xx", "yy", "xy"];
 
+/// The series of `ragwatch_judge_length_moments_total`, by (stratum, judge, metric) index.
+#[derive(Debug, Clone)]
+pub struct LengthMoments {
+    counters: Vec<[prometheus::Counter; 6]>,
+}
+
+impl LengthMoments {
+    /// Adds one score and its answer's length (words) to the sums of (stratum, judge, metric).
+    pub fn add(&self, stratum: usize, judge: JudgeKind, metric: Metric, words: f64, score: f64) {
+        let j = JudgeKind::ALL.iter().position(|k| *k == judge);
+        let m = Metric::ALL.iter().position(|k| *k == metric);
+        let (Some(j), Some(m)) = (j, m) else { return };
+        let i = (stratum * JudgeKind::ALL.len() + j) * Metric::ALL.len() + m;
+        let Some(c) = self.counters.get(i) else {
+            return;
+        };
+        let terms = [
+            1.0,
+            words,
+            score,
+            words * words,
+            score * score,
+            words * score,
+        ];
+        for (counter, v) in c.iter().zip(terms) {
+            counter.inc_by(v);
+        }
+    }
+}
+
 /// Outcomes of an OTLP/HTTP export request; label values of `ragwatch_otlp_requests_total`.
 pub const OTLP_OUTCOMES: [&str; 7] = [
     "ok",
@@ -693,28 +723,21 @@ impl Metrics {
         m
     }
 
-    /// Adds one score and its answer's length (words) to the length-correlation sums.
-    pub fn add_length_moments(
-        &self,
-        metric: Metric,
-        stratum: &str,
-        judge: JudgeKind,
-        words: f64,
-        score: f64,
-    ) {
-        let terms = [
-            1.0,
-            words,
-            score,
-            words * words,
-            score * score,
-            words * score,
-        ];
-        for (term, v) in LENGTH_TERMS.iter().zip(terms) {
-            self.length_moments
-                .with_label_values(&[metric.name(), stratum, judge.name(), term])
-                .inc_by(v);
+    /// The length-correlation counters of every (stratum, judge, metric), resolved once: the
+    /// ingest path adds to them for every trace without a label lookup.
+    pub fn length_moments_of(&self, strata: &[String]) -> LengthMoments {
+        let mut counters = Vec::new();
+        for s in strata {
+            for j in JudgeKind::ALL {
+                for metric in Metric::ALL {
+                    counters.push(LENGTH_TERMS.map(|term| {
+                        self.length_moments
+                            .with_label_values(&[metric.name(), s, j.name(), term])
+                    }));
+                }
+            }
         }
+        LengthMoments { counters }
     }
 
     /// Adds one trace's or pair's estimate sums to the exported terms.

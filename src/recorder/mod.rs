@@ -37,6 +37,8 @@ pub struct Shared {
     pub feedback: Option<Arc<Feedback>>,
     /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
     families: Arc<(crate::config::AuditConfig, Option<String>)>,
+    /// The length-correlation sums' series, resolved once.
+    length_moments: Arc<crate::metrics::LengthMoments>,
 }
 
 impl Shared {
@@ -67,6 +69,7 @@ impl Shared {
                     .with_label_values(&[outcome.as_str()]);
             }
         }
+        let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
         Self {
             metrics,
             windows: Arc::new(Mutex::new(windows)),
@@ -78,6 +81,7 @@ impl Shared {
                     config.judge.faithful_threshold,
                 ))
             }),
+            length_moments,
             families: Arc::new((
                 config.audit.clone(),
                 (config.judge.sampled == SampledJudge::Llm)
@@ -92,12 +96,11 @@ impl Shared {
     /// length into the length-correlation sums, and an LLM verdict on an answer whose generator
     /// (`metadata.model`) is of the judge's family into the self-preference count.
     pub fn record_audit(&self, stratum: StratumId, trace: &crate::trace::Trace, verdict: &Verdict) {
-        let m = &self.metrics;
-        let s = self.stratifier.name(stratum);
         let words = trace.answer.split_whitespace().count() as f64;
         for metric in Metric::ALL {
             if let Some(v) = verdict.score(metric) {
-                m.add_length_moments(metric, s, verdict.judge, words, v);
+                self.length_moments
+                    .add(stratum, verdict.judge, metric, words, v);
             }
         }
         let (families, judge_family) = &*self.families;
@@ -106,7 +109,8 @@ impl Shared {
             && let Some(generator) = trace.metadata["model"].as_str()
             && families.family(generator) == Some(judge_family.as_str())
         {
-            m.same_family.with_label_values(&[s]).inc();
+            let s = self.stratifier.name(stratum);
+            self.metrics.same_family.with_label_values(&[s]).inc();
         }
     }
 
