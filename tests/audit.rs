@@ -114,6 +114,13 @@ fn gate(dir: &Path, audit: &Path, gate: &str) -> (i32, String) {
     )
 }
 
+/// Whether the gate table has the check `name` with `verdict`.
+fn row(table: &str, name: &str, verdict: &str) -> bool {
+    table
+        .lines()
+        .any(|l| l.starts_with(name) && l.ends_with(verdict))
+}
+
 fn f(v: &Value, judge: &str, figure: &str) -> f64 {
     v[judge][figure]
         .as_f64()
@@ -176,17 +183,10 @@ fn a_length_biased_judge_shows_the_correlation_within_each_class() {
     );
     assert_eq!(code, 1, "{table}");
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("|llm/length_spearman_faithful|") && l.ends_with("fail")),
+        row(&table, "|llm/length_spearman_faithful|", "fail"),
         "{table}"
     );
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("llm/position_flip_share") && l.ends_with("pass")),
-        "{table}"
-    );
+    assert!(row(&table, "llm/position_flip_share", "pass"), "{table}");
 }
 
 #[test]
@@ -215,12 +215,7 @@ fn an_order_biased_judge_shows_the_flips() {
     );
     assert_eq!(code, 1, "{table}");
     assert!(table.contains("llm/auroc_low"), "{table}");
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("llm/position_flip_share") && l.ends_with("fail")),
-        "{table}"
-    );
+    assert!(row(&table, "llm/position_flip_share", "fail"), "{table}");
     // The shipped audit gate fails it on the same check.
     let shipped = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -231,12 +226,7 @@ fn an_order_biased_judge_shows_the_flips() {
         .unwrap();
     let table = String::from_utf8(shipped.stdout).unwrap();
     assert_eq!(shipped.status.code(), Some(1), "{table}");
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("llm/position_flip_share") && l.ends_with("fail")),
-        "{table}"
-    );
+    assert!(row(&table, "llm/position_flip_share", "fail"), "{table}");
 }
 
 /// The development set: the offline judge, and the LLM judge played by the stand-in that follows
