@@ -5,6 +5,10 @@
 //! A `max_drop` check compares against the mean of the baselines. With two or more baselines it also
 //! knows their spread: a drop beyond `max_drop` but within two standard deviations of the baseline
 //! runs is reported as `noise` and passes, since the baseline itself moves that much between runs.
+//!
+//! The judge audit (`replay --audit-out`) is read the same way, keyed by judge instead of stratum:
+//! a check names `judge = "offline"`, and `abs = true` compares the figure's absolute value (a
+//! correlation must be near zero whichever its sign).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +49,12 @@ pub struct Check {
     /// A figure missing from the results fails unless this is true.
     #[serde(default)]
     pub optional: bool,
+    /// The judge, for a check on an audit file (`replay --audit-out`): replaces `stratum`.
+    #[serde(default)]
+    pub judge: Option<String>,
+    /// Compare the absolute value (`|length_spearman_faithful| <= 0.3`).
+    #[serde(default)]
+    pub abs: bool,
 }
 
 fn default_all() -> String {
@@ -107,11 +117,16 @@ pub fn evaluate(
 ) -> Result<Vec<Outcome>, GateError> {
     let mut out = Vec::new();
     for c in &gate.checks {
-        let name = format!("{}/{}", c.stratum, c.metric);
+        let key = c.judge.as_ref().unwrap_or(&c.stratum);
+        let name = if c.abs {
+            format!("|{key}/{}|", c.metric)
+        } else {
+            format!("{key}/{}", c.metric)
+        };
         let value = results
-            .get(&c.stratum)
+            .get(key)
             .and_then(|s| s.get(&c.metric))
-            .copied();
+            .map(|v| if c.abs { v.abs() } else { *v });
         let Some(v) = value else {
             out.push(Outcome {
                 name,
@@ -140,7 +155,8 @@ pub fn evaluate(
         if let Some(drop) = c.max_drop {
             let base: Vec<f64> = baselines
                 .iter()
-                .filter_map(|b| b.get(&c.stratum).and_then(|s| s.get(&c.metric)).copied())
+                .filter_map(|b| b.get(key).and_then(|s| s.get(&c.metric)))
+                .map(|v| if c.abs { v.abs() } else { *v })
                 .collect();
             if base.is_empty() {
                 return Err(GateError::NoBaseline(name));
@@ -221,6 +237,21 @@ mod tests {
         let missing = evaluate(&gate("[[check]]\nmetric = \"map\"\nmin = 0.1\n"), &r, &[]).unwrap();
         assert_eq!(missing[0].verdict, "missing");
         assert!(!missing[0].passed());
+    }
+
+    #[test]
+    fn audit_checks_by_judge_and_absolute_value() {
+        let g = gate(
+            "[[check]]\njudge = \"offline\"\nmetric = \"auroc_low\"\nmin = 0.75\n[[check]]\njudge = \"llm\"\nmetric = \"length_spearman_faithful\"\nabs = true\nmax = 0.3\n",
+        );
+        let r = figures(&[
+            ("offline", "auroc_low", 0.78),
+            ("llm", "length_spearman_faithful", -0.45),
+        ]);
+        let o = evaluate(&g, &r, &[]).unwrap();
+        assert_eq!(o[0].verdict, "pass");
+        assert_eq!(o[1].name, "|llm/length_spearman_faithful|");
+        assert_eq!((o[1].value, o[1].verdict), (Some(0.45), "fail"));
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! events                               log-and-count call sites
 //! metrics                              every metric name, on one registry
 //! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
-//! eval                                 AUROC, agreement and retrieval figures
+//! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace                                the trace model and its decoder; OTLP span assembly
 //! config                               TOML, overrides, validate()
 //! labels, clock                        metric/judge/stratum labels; the wall clock
@@ -41,6 +41,8 @@
 //!   (metric, judge).
 //! - [`trace`]: the trace model, its decoder with limits and reject reasons, OTLP span assembly.
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
+//! - [`audit`]: the judge audit: agreement (AUROC, Cohen's kappa) with bootstrap intervals, length
+//!   correlation overall and within each label class, position bias.
 //! - [`sample`]: stratification and hash-based, redelivery-stable sampling with known probabilities.
 //! - [`judge`]: verdicts, the offline judge and its trained model, the LLM judge.
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
@@ -48,7 +50,8 @@
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and
 //!   judge-latency histograms, and the OpenMetrics exposition that carries them.
 //! - [`events`]: log-and-count call sites, rate-limited.
-//! - [`recorder`]: where verdicts become numbers; the evaluator that exports windows and drift.
+//! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
+//!   same-family count too); the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
 //! - [`source`]: Kafka consumer group, JSONL file/stdin and OTLP/HTTP sources; per-partition offset
 //!   tracking, through span assembly for OTLP.
@@ -59,6 +62,7 @@
 //! - [`fuzzing`]: the decoder invariant that `fuzz/` and the corpus regression test check.
 
 pub mod app;
+pub mod audit;
 pub mod clock;
 pub mod config;
 pub mod eval;

@@ -48,6 +48,20 @@ enum Command {
         /// Write the per-stratum figures as JSON here (the input of `ragwatch gate`).
         #[arg(long)]
         summary: Option<PathBuf>,
+        /// Audit the judges on the labelled traces (`label_faithful`): agreement with intervals,
+        /// length correlation, and with the LLM judge the position check (a second call per
+        /// labelled trace, contexts reversed). Prints a table to stderr.
+        #[arg(long)]
+        audit: bool,
+        /// Write the audit's figures per judge as JSON here (the input of `ragwatch gate`).
+        #[arg(long, requires = "audit")]
+        audit_out: Option<PathBuf>,
+        /// Seed of the audit's bootstrap resamples: the same seed gives the same intervals.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Bootstrap resamples of the audit's intervals.
+        #[arg(long, default_value_t = 1000)]
+        resamples: usize,
     },
     /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
     Gate {
@@ -170,6 +184,10 @@ fn main() -> ExitCode {
             output,
             k,
             summary,
+            audit,
+            audit_out,
+            seed,
+            resamples,
         } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
@@ -202,7 +220,9 @@ fn main() -> ExitCode {
                     }
                 };
                 let started = std::time::Instant::now();
-                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &k, &mut out).await {
+                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &k, audit, &mut out)
+                    .await
+                {
                     Ok(result) => {
                         if let Some(path) = &summary {
                             let json = serde_json::to_string_pretty(&result.figures())
@@ -210,6 +230,14 @@ fn main() -> ExitCode {
                             if let Err(e) = std::fs::write(path, json + "\n") {
                                 eprintln!("ragwatch: cannot write {}: {e}", path.display());
                                 return ExitCode::FAILURE;
+                            }
+                        }
+                        if audit {
+                            let audited = result.audit(&config, resamples, seed);
+                            if let Err(code) =
+                                write_audit(&audited, audit_out.as_deref(), seed, resamples)
+                            {
+                                return code;
                             }
                         }
                         let summary = result;
@@ -231,6 +259,39 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// Prints the audit table to stderr and writes its figures (per judge, with the seed and the
+/// number of resamples) to `out`.
+fn write_audit(
+    audited: &std::collections::BTreeMap<String, ragwatch::audit::JudgeAudit>,
+    out: Option<&std::path::Path>,
+    seed: u64,
+    resamples: usize,
+) -> Result<(), ExitCode> {
+    let mut table = ragwatch::audit::JudgeAudit::header();
+    for (judge, a) in audited {
+        table.push_str(&a.row(judge));
+    }
+    if audited.is_empty() {
+        table.push_str("no labelled trace was scored: nothing to audit\n");
+    }
+    eprint!("{table}");
+    let Some(path) = out else { return Ok(()) };
+    let figures: std::collections::BTreeMap<&str, _> = audited
+        .iter()
+        .map(|(judge, a)| {
+            let mut f = a.figures();
+            f.insert("bootstrap_seed".into(), seed as f64);
+            f.insert("bootstrap_resamples".into(), resamples as f64);
+            (judge.as_str(), f)
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&figures).expect("figures serialise");
+    std::fs::write(path, json + "\n").map_err(|e| {
+        eprintln!("ragwatch: cannot write {}: {e}", path.display());
+        ExitCode::FAILURE
+    })
 }
 
 fn run_gate(results: &std::path::Path, gate: &std::path::Path, baselines: &[PathBuf]) -> ExitCode {

@@ -2,6 +2,8 @@
 //! verdict per line and returns a per-stratum summary; with labelled traces (`label_faithful`) the
 //! summary also says how well the judge agrees with the labels. With the LLM judge, replay keeps
 //! `judge.workers` traces in flight and paces itself to the per-minute budget instead of skipping.
+//! The labelled traces are also kept, as each judge scored them, for the judge audit
+//! ([`Summary::audit`], `replay --audit`).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -13,6 +15,7 @@ use futures::{SinkExt, StreamExt};
 use serde::Serialize;
 use tokio::io::{AsyncBufRead, BufReader};
 
+use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::Verdict;
@@ -159,6 +162,17 @@ pub struct Summary {
     pub rejected: BTreeMap<&'static str, u64>,
     /// Per stratum.
     pub strata: BTreeMap<String, StratumSummary>,
+    /// Labelled traces as each judge scored them, for the audit (`offline`, `llm`).
+    #[serde(skip)]
+    pub audit: BTreeMap<&'static str, Vec<AuditSample>>,
+}
+
+/// What a trace's record carries besides its evaluation: with the LLM judge, the offline judge's
+/// verdict it replaced, and (auditing) the LLM score with the contexts reversed.
+#[derive(Debug, Default)]
+struct Extra {
+    offline: Option<Verdict>,
+    reversed: Option<Option<f64>>,
 }
 
 /// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
@@ -168,11 +182,16 @@ pub struct Summary {
 /// verdicts are written in input order through a bounded reorder window. Calls wait for the
 /// per-minute budget rather than skip; a trace is skipped (a `skipped` record with the outcome as
 /// reason) only when the daily budget cannot cover it or its calls fail.
+///
+/// Labelled traces are kept for [`Summary::audit`] as both judges scored them; with `audit` and
+/// the LLM judge, each labelled trace is judged a second time with its contexts in reverse order
+/// (the position check: twice the calls on the labelled traces).
 pub async fn replay(
     config: &Config,
     files: &[PathBuf],
     llm: Option<&LlmJudge>,
     ks: &[usize],
+    audit: bool,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
@@ -202,7 +221,8 @@ pub async fn replay(
             for_each_line(files, keep, progress.as_ref(), async |buf, line| {
                 summary.lines += 1;
                 let eval = pipeline.evaluate(buf);
-                write_record(&mut summary, &shared, &eval, line, threshold, out)
+                let extra = Extra::default();
+                write_record(&mut summary, &shared, &eval, &extra, line, threshold, out)
             })
             .await?;
         }
@@ -227,10 +247,11 @@ pub async fn replay(
                 })
                 .await
             };
-            let judging = judge_in_order(rx, workers, &pipeline, judge, |eval, line| {
-                summary.lines += 1;
-                write_record(&mut summary, &shared, eval, line, threshold, out)
-            });
+            let judging =
+                judge_in_order(rx, workers, &pipeline, judge, audit, |eval, extra, line| {
+                    summary.lines += 1;
+                    write_record(&mut summary, &shared, eval, extra, line, threshold, out)
+                });
             let (read, judged) = tokio::join!(reader, judging);
             read?;
             judged?;
@@ -281,13 +302,15 @@ async fn for_each_line(
 const REORDER_WINDOW_PER_WORKER: usize = 16;
 
 /// Judges the lines from `rx` with `workers` in flight at all times and hands each evaluation to
-/// `write` in input order.
+/// `write` in input order. With `audit`, a labelled trace is judged again with its contexts
+/// reversed.
 async fn judge_in_order(
     rx: futures::channel::mpsc::Receiver<(Vec<u8>, u64)>,
     workers: usize,
     pipeline: &Pipeline,
     judge: &LlmJudge,
-    mut write: impl FnMut(&Evaluation, u64) -> std::io::Result<()>,
+    audit: bool,
+    mut write: impl FnMut(&Evaluation, &Extra, u64) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     // A permit per trace from its start to its record: at most this many started and unwritten.
     let window = Arc::new(tokio::sync::Semaphore::new(
@@ -301,25 +324,32 @@ async fn judge_in_order(
         })
         .map(|((seq, (bytes, line)), permit)| async move {
             let mut eval = pipeline.evaluate(&bytes);
+            let mut extra = Extra {
+                offline: eval.verdict.take(),
+                reversed: None,
+            };
             if let Ok(t) = &eval.trace {
                 match judge.judge_paced(t).await {
                     Ok(v) => eval.verdict = Some(v),
-                    Err(e) => {
-                        eval.verdict = None;
-                        eval.skipped = Some(e.kind().name());
-                    }
+                    Err(e) => eval.skipped = Some(e.kind().name()),
+                }
+                if audit && t.label_faithful.is_some() && eval.verdict.is_some() {
+                    let mut reversed = t.clone();
+                    reversed.contexts.reverse();
+                    let v = judge.judge_paced(&reversed).await;
+                    extra.reversed = Some(v.ok().and_then(|v| v.faithfulness));
                 }
             }
-            (seq, eval, line, permit)
+            (seq, eval, extra, line, permit)
         })
         .buffer_unordered(workers);
     let mut done = std::pin::pin!(done);
     let mut pending = BTreeMap::new();
     let mut next = 0usize;
-    while let Some((seq, eval, line, permit)) = done.next().await {
-        pending.insert(seq, (eval, line, permit));
-        while let Some((eval, line, _permit)) = pending.remove(&next) {
-            write(&eval, line)?;
+    while let Some((seq, eval, extra, line, permit)) = done.next().await {
+        pending.insert(seq, (eval, extra, line, permit));
+        while let Some((eval, extra, line, _permit)) = pending.remove(&next) {
+            write(&eval, &extra, line)?;
             next += 1;
         }
     }
@@ -330,6 +360,7 @@ fn write_record(
     summary: &mut Summary,
     shared: &Shared,
     eval: &Evaluation,
+    extra: &Extra,
     line: u64,
     threshold: f64,
     out: &mut dyn Write,
@@ -352,6 +383,7 @@ fn write_record(
             }
         }
         Ok(trace) if eval.verdict.is_none() => {
+            summary.keep_for_audit(trace, extra.offline.as_ref(), None);
             let stratum = shared.stratifier.name(eval.stratum);
             let s = summary.strata.entry(stratum.to_owned()).or_default();
             s.traces += 1;
@@ -372,6 +404,8 @@ fn write_record(
         }
         Ok(trace) => {
             let verdict = eval.verdict.as_ref().expect("checked by the arm above");
+            summary.keep_for_audit(trace, extra.offline.as_ref(), None);
+            summary.keep_for_audit(trace, Some(verdict), extra.reversed);
             let stratum = shared.stratifier.name(eval.stratum);
             let ks = summary.ks.clone();
             let s = summary.strata.entry(stratum.to_owned()).or_default();
@@ -438,6 +472,51 @@ fn write_record(
 }
 
 impl Summary {
+    /// Keeps a labelled trace's score by `verdict`'s judge for the audit.
+    fn keep_for_audit(
+        &mut self,
+        trace: &crate::trace::Trace,
+        verdict: Option<&Verdict>,
+        reversed: Option<Option<f64>>,
+    ) {
+        let (Some(faithful), Some(v)) = (trace.label_faithful, verdict) else {
+            return;
+        };
+        let Some(score) = v.faithfulness else { return };
+        self.audit
+            .entry(v.judge.name())
+            .or_default()
+            .push(AuditSample {
+                score,
+                faithful,
+                answer_words: trace.answer.split_whitespace().count() as f64,
+                reversed,
+            });
+    }
+
+    /// The audit of each judge that scored labelled traces: the offline judge at
+    /// `judge.faithful_threshold`, the LLM judge at `labels.llm_faithful_threshold`, intervals from
+    /// `resamples` bootstrap resamples drawn from `seed`.
+    pub fn audit(
+        &self,
+        config: &Config,
+        resamples: usize,
+        seed: u64,
+    ) -> BTreeMap<String, JudgeAudit> {
+        self.audit
+            .iter()
+            .map(|(judge, samples)| {
+                let threshold = if *judge == crate::judge::JudgeKind::Llm.name() {
+                    config.labels.llm_faithful_threshold
+                } else {
+                    config.judge.faithful_threshold
+                };
+                let a = JudgeAudit::compute(samples, threshold, resamples, seed);
+                ((*judge).to_owned(), a)
+            })
+            .collect()
+    }
+
     /// Figures per stratum plus `all` (every stratum pooled), for `--summary` and `ragwatch gate`.
     pub fn figures(&self) -> BTreeMap<String, BTreeMap<String, f64>> {
         let mut all = StratumSummary::default();

@@ -136,8 +136,11 @@ fn every_bundled_config_passes_check_config() {
     let mut n = 0;
     for entry in std::fs::read_dir("config").unwrap() {
         let path = entry.unwrap().path();
-        // gate.toml configures `ragwatch gate`, not the monitor.
-        if path.extension().is_some_and(|e| e == "toml") && !path.ends_with("gate.toml") {
+        // gate.toml and gate-audit.toml configure `ragwatch gate`, not the monitor.
+        let gate = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("gate"));
+        if path.extension().is_some_and(|e| e == "toml") && !gate {
             let out = ragwatch()
                 .args(["check-config", "--config"])
                 .arg(&path)

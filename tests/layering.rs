@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["labels", "clock"],
     &["config"],
     &["trace"],
-    &["eval"],
+    &["eval", "audit"],
     &["sample", "judge", "window"],
     &["metrics"],
     &["events"],

@@ -104,6 +104,59 @@ pub struct Config {
     /// The OTLP/HTTP receiver, used when `source.kind = "otlp"`.
     #[serde(default)]
     pub otlp: OtlpConfig,
+    /// The judge audit's live part: model families, for the self-preference count.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// Model families: a judge may prefer answers of its own family (self-preference), so LLM verdicts
+/// on answers whose generator (`metadata.model`) is of the judge's family are counted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Family name -> name prefixes. A model is of a family when its name, lowercased and after
+    /// the last `/` (`openai/gpt-4o` -> `gpt-4o`), starts with one of the family's prefixes.
+    #[serde(default = "default_families")]
+    pub families: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            families: default_families(),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// The family of `model`, if any of the prefixes matches.
+    pub fn family(&self, model: &str) -> Option<&str> {
+        let lower = model.to_lowercase();
+        let name = lower.rsplit('/').next().unwrap_or_default();
+        self.families
+            .iter()
+            .find(|(_, prefixes)| {
+                prefixes
+                    .iter()
+                    .any(|p| !p.is_empty() && name.starts_with(&p.to_lowercase()))
+            })
+            .map(|(family, _)| family.as_str())
+    }
+}
+
+fn default_families() -> BTreeMap<String, Vec<String>> {
+    [
+        ("claude", &["claude"][..]),
+        ("gemini", &["gemini"]),
+        ("gemma", &["gemma"]),
+        ("gpt", &["gpt-", "chatgpt", "o1", "o3", "o4"]),
+        ("llama", &["llama", "meta-llama"]),
+        ("mistral", &["mistral", "mixtral", "ministral"]),
+        ("qwen", &["qwen"]),
+    ]
+    .into_iter()
+    .map(|(f, p)| (f.to_owned(), p.iter().map(|p| (*p).to_owned()).collect()))
+    .collect()
 }
 
 /// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
@@ -1441,5 +1494,34 @@ mod tests {
             }
         }
         assert!(n >= 2, "expected the shipped configs, found {n}");
+    }
+}
+
+#[cfg(test)]
+mod audit_tests {
+    use super::*;
+
+    #[test]
+    fn model_families_by_prefix_after_the_provider() {
+        let a = AuditConfig::default();
+        assert_eq!(a.family("gpt-4o-mini-2024-07-18"), Some("gpt"));
+        assert_eq!(a.family("openai/GPT-4o"), Some("gpt"));
+        assert_eq!(a.family("o3-mini"), Some("gpt"));
+        assert_eq!(a.family("google/gemma-2-9b-it"), Some("gemma"));
+        assert_eq!(a.family("llama-2-13b-chat"), Some("llama"));
+        assert_eq!(a.family("mistral-7B-Instruct"), Some("mistral"));
+        assert_eq!(a.family("judge-2026-01-01"), None);
+        assert_eq!(a.family(""), None);
+        let c = Config::from_toml_with_env(
+            "[audit]\nfamilies = { acme = [\"acme-\"] }\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(c.audit.family("acme-7b"), Some("acme"));
+        assert_eq!(
+            c.audit.family("gpt-4o"),
+            None,
+            "the table replaces the default"
+        );
     }
 }

@@ -69,3 +69,20 @@ pub fn clean_score(v: f64) -> Option<f64> {
         Some(v.clamp(0.0, 1.0))
     }
 }
+
+#[cfg(test)]
+impl Verdict {
+    /// A verdict with only a faithfulness score, for tests.
+    pub fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
+        Verdict {
+            judge,
+            faithfulness: Some(faithfulness),
+            answer_relevancy: None,
+            refusal: false,
+            uncertain: false,
+            citations: Citations::default(),
+            context_relevance: None,
+            details: serde_json::Value::Null,
+        }
+    }
+}

@@ -212,6 +212,7 @@ impl Pipeline {
         }
         self.shared
             .record_at(stratum, &verdict, &trace.trace_id, now);
+        self.shared.record_audit(stratum, &trace, &verdict);
         self.shared
             .remember(&trace.trace_id, stratum, &verdict, now);
         let (decision, probability) = self.sampler.decide_with_probability(

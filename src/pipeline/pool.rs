@@ -112,6 +112,7 @@ pub async fn run_pool(
                         job.probability,
                         &job.trace.trace_id,
                     );
+                    shared.record_audit(job.stratum, &job.trace, &v);
                     shared.remember(&job.trace.trace_id, job.stratum, &v, crate::clock::now_ms());
                 }
                 Err(e) => {

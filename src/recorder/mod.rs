@@ -35,6 +35,10 @@ pub struct Shared {
     estimate: bool,
     /// The human-label join, when `labels.enabled`.
     pub feedback: Option<Arc<Feedback>>,
+    /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
+    families: Arc<(crate::config::AuditConfig, Option<String>)>,
+    /// The length-correlation sums' series, resolved once.
+    length_moments: Arc<crate::metrics::LengthMoments>,
 }
 
 impl Shared {
@@ -65,6 +69,7 @@ impl Shared {
                     .with_label_values(&[outcome.as_str()]);
             }
         }
+        let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
         Self {
             metrics,
             windows: Arc::new(Mutex::new(windows)),
@@ -76,6 +81,36 @@ impl Shared {
                     config.judge.faithful_threshold,
                 ))
             }),
+            length_moments,
+            families: Arc::new((
+                config.audit.clone(),
+                (config.judge.sampled == SampledJudge::Llm)
+                    .then(|| config.audit.family(&config.llm.chat_model))
+                    .flatten()
+                    .map(str::to_owned),
+            )),
+        }
+    }
+
+    /// The live part of the judge audit, for a verdict on `trace`: each score with the answer's
+    /// length into the length-correlation sums, and an LLM verdict on an answer whose generator
+    /// (`metadata.model`) is of the judge's family into the self-preference count.
+    pub fn record_audit(&self, stratum: StratumId, trace: &crate::trace::Trace, verdict: &Verdict) {
+        let words = trace.answer.split_whitespace().count() as f64;
+        for metric in Metric::ALL {
+            if let Some(v) = verdict.score(metric) {
+                self.length_moments
+                    .add(stratum, verdict.judge, metric, words, v);
+            }
+        }
+        let (families, judge_family) = &*self.families;
+        if verdict.judge == JudgeKind::Llm
+            && let Some(judge_family) = judge_family
+            && let Some(generator) = trace.metadata["model"].as_str()
+            && families.family(generator) == Some(judge_family.as_str())
+        {
+            let s = self.stratifier.name(stratum);
+            self.metrics.same_family.with_label_values(&[s]).inc();
         }
     }
 
@@ -192,5 +227,49 @@ pub fn judge_model(config: &Config) -> String {
             "offline-{version},{}",
             crate::judge::llm::LlmJudge::model_id(&config.llm)
         ),
+    }
+}
+
+#[cfg(test)]
+mod audit_tests {
+    use super::*;
+
+    fn verdict(judge: JudgeKind, faithfulness: f64) -> Verdict {
+        Verdict::with_faithfulness(judge, faithfulness)
+    }
+
+    #[test]
+    fn length_sums_and_same_family_verdicts() {
+        let env = std::collections::HashMap::new();
+        let config = Config::from_toml_with_env(
+            "[judge]\nsampled = \"llm\"\n[llm]\nchat_model = \"gpt-4o-mini-2024-07-18\"\n",
+            &env,
+        )
+        .unwrap();
+        let shared = Shared::new(&config);
+        let decoder = crate::trace::Decoder::new(&config.decode);
+        let trace = |model: &str, answer: &str| {
+            let line = serde_json::json!({"trace_id": "t", "query": "q", "contexts": ["c"],
+                "answer": answer, "metadata": {"model": model}});
+            decoder.decode(line.to_string().as_bytes()).unwrap()
+        };
+        let own = trace("openai/gpt-4o", "one two three four");
+        let other = trace("llama-2-13b-chat", "one two");
+        shared.record_audit(0, &own, &verdict(JudgeKind::Llm, 0.5));
+        shared.record_audit(0, &other, &verdict(JudgeKind::Llm, 1.0));
+        shared.record_audit(0, &own, &verdict(JudgeKind::Offline, 0.5));
+        let m = &shared.metrics;
+        let s = shared.stratifier.name(0);
+        assert_eq!(m.same_family.with_label_values(&[s]).get(), 1);
+        let term = |t: &str| {
+            m.length_moments
+                .with_label_values(&["faithfulness", s, "llm", t])
+                .get()
+        };
+        // (4 words, 0.5) and (2 words, 1.0).
+        assert_eq!(
+            ["n", "x", "y", "xx", "yy", "xy"].map(term),
+            [2.0, 6.0, 1.5, 20.0, 1.25, 4.0]
+        );
     }
 }

@@ -93,11 +93,7 @@ impl LabelJudge {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .with_state(inner);
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await });
+        let addr = serve(&runtime, app);
         LabelJudge {
             addr,
             counts,
@@ -110,8 +106,50 @@ impl LabelJudge {
     }
 }
 
+/// Serves `app` on a free loopback port from `runtime` (stopped with it); returns the address.
+pub fn serve(runtime: &tokio::runtime::Runtime, app: Router) -> SocketAddr {
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// The number of questions a relevancy request asks for (its system prompt's second word), 3 if
+/// it does not say.
+pub fn questions_asked(system: &str) -> usize {
+    system
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
+}
+
+/// The chat completion for request `body` whose message content is `content`, usage estimated at
+/// four bytes a token.
+pub fn completion(id: &str, body: &Value, prompt_bytes: usize, content: String) -> Value {
+    let usage = json!({
+        "prompt_tokens": prompt_bytes / 4,
+        "completion_tokens": content.len() / 4,
+    });
+    json!({
+        "id": id, "object": "chat.completion", "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": usage,
+    })
+}
+
+/// The body of the first `<name ...>` element of `text`, or empty.
+pub fn first(text: &str, name: &str) -> String {
+    between(text, &format!("<{name}"), &format!("</{name}>"))
+        .first()
+        .map(|b| b.to_string())
+        .unwrap_or_default()
+}
+
 /// The bodies of every `<open ...>body</close>` in `text`.
-fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+pub fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find(open) {
@@ -129,7 +167,7 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     out
 }
 
-fn words(s: &str) -> Vec<String> {
+pub fn words(s: &str) -> Vec<String> {
     s.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
@@ -137,7 +175,7 @@ fn words(s: &str) -> Vec<String> {
 }
 
 /// The answer's sentences of three words or more; the whole answer when it has none.
-fn claims_of(answer: &str) -> Vec<String> {
+pub fn claims_of(answer: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut start = 0;
     let chars: Vec<(usize, char)> = answer.char_indices().collect();
@@ -221,14 +259,7 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Respo
         None if system.contains("\"verdict\"") => "faithfulness".to_owned(),
         None => "claims".to_owned(),
     };
-    let question = between(&user, "<question", "</question>")
-        .first()
-        .map(|q| q.to_string())
-        .unwrap_or_default();
-    let answer = between(&user, "<answer", "</answer>")
-        .first()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let (question, answer) = (first(&user, "question"), first(&user, "answer"));
     let content = match schema.as_str() {
         "faithfulness" => {
             let label = inner.labels.get(&answer_key(&answer)).copied();
@@ -277,11 +308,7 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Respo
         }
         "claims" => json!({"claims": claims_of(&answer)}).to_string(),
         "relevancy" => {
-            let n: usize = system
-                .split_whitespace()
-                .nth(1)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(3);
+            let n = questions_asked(&system);
             let q = words(&question);
             let questions: Vec<Value> = (0..n)
                 .map(|i| {
@@ -299,20 +326,17 @@ async fn chat(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) -> Respo
         }
         _ => "{}".to_owned(),
     };
-    let usage = json!({
-        "prompt_tokens": (system.len() + user.len()) / 4,
-        "completion_tokens": content.len() / 4,
-    });
-    Json(json!({
-        "id": "chatcmpl-labelled", "object": "chat.completion", "model": body["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": usage,
-    }))
+    Json(completion(
+        "chatcmpl-labelled",
+        &body,
+        system.len() + user.len(),
+        content,
+    ))
     .into_response()
 }
 
 /// A hashed bag-of-words embedding: texts sharing words point the same way.
-fn embed(text: &str) -> Vec<f64> {
+pub fn embed(text: &str) -> Vec<f64> {
     let mut v = vec![0.0; 64];
     for w in words(text).into_iter().filter(|w| w.len() >= 4) {
         let h = w.bytes().fold(1469598103934665603u64, |h, b| {
@@ -328,6 +352,11 @@ async fn embeddings(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) ->
         .counts
         .embedding_requests
         .fetch_add(1, Ordering::SeqCst);
+    Json(embeddings_reply(&body)).into_response()
+}
+
+/// The embeddings endpoint's reply to `body`: [`embed`] of every input.
+pub fn embeddings_reply(body: &Value) -> Value {
     let inputs: Vec<String> = body["input"]
         .as_array()
         .map(|a| {
@@ -342,6 +371,5 @@ async fn embeddings(State(inner): State<Arc<Inner>>, Json(body): Json<Value>) ->
         .enumerate()
         .map(|(i, s)| json!({"object": "embedding", "index": i, "embedding": embed(s)}))
         .collect();
-    Json(json!({"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
-        .into_response()
+    json!({"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 }

@@ -88,19 +88,10 @@ impl VerdictCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::{Citations, JudgeKind};
+    use crate::judge::JudgeKind;
 
     fn verdict(f: f64) -> Verdict {
-        Verdict {
-            judge: JudgeKind::Llm,
-            faithfulness: Some(f),
-            answer_relevancy: None,
-            refusal: false,
-            uncertain: false,
-            citations: Citations::default(),
-            context_relevance: None,
-            details: serde_json::Value::Null,
-        }
+        Verdict::with_faithfulness(JudgeKind::Llm, f)
     }
 
     #[test]
