@@ -10,7 +10,7 @@ mod evaluator;
 mod feedback;
 
 pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
-pub use feedback::{Feedback, LabelOutcome};
+pub use feedback::{Feedback, LabelAuroc, LabelOutcome};
 
 use std::sync::{Arc, Mutex};
 
@@ -64,6 +64,11 @@ impl Shared {
                     .labels_received
                     .with_label_values(&[outcome.as_str()]);
             }
+            metrics.labelled.floor.set(config.labels.auroc_floor);
+            metrics
+                .labelled
+                .min_per_class
+                .set(config.labels.auroc_min_per_class as i64);
         }
         Self {
             metrics,
