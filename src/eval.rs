@@ -127,6 +127,8 @@ mod tests {
         // b0 negatives (2 x 1/2) and loses to b1. U = 6 + 1 = 7; AUROC = 7 / (3 * 3) = 7/9.
         let a = auroc_binned(&[1, 0, 2], &[2, 1, 0]).unwrap();
         assert!((a - 7.0 / 9.0).abs() < 1e-12, "{a}");
+        // The pooled example of deploy/prometheus/rules_test.yaml: 10.5 of 16 pairs.
+        assert_eq!(auroc_binned(&[1, 1, 2], &[2, 1, 1]), Some(0.65625));
         // Everything in one bucket: all ties, 1/2 whatever the scores inside were.
         assert_eq!(auroc_binned(&[5, 0], &[3, 0]), Some(0.5));
         // Perfect, inverted, and a class missing.

@@ -48,6 +48,9 @@ enum Command {
         /// Write the per-stratum figures as JSON here (the input of `ragwatch gate`).
         #[arg(long)]
         summary: Option<PathBuf>,
+        /// Human labels to join to the traces by id (JSON lines: trace_id, faithful, source).
+        #[arg(long)]
+        labels: Option<PathBuf>,
     },
     /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
     Gate {
@@ -170,6 +173,7 @@ fn main() -> ExitCode {
             output,
             k,
             summary,
+            labels,
         } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
@@ -201,8 +205,24 @@ fn main() -> ExitCode {
                         }
                     }
                 };
+                let labels = match labels.as_deref().map(ragwatch::replay::ReplayLabels::read) {
+                    None => None,
+                    Some(Ok(l)) => Some(l),
+                    Some(Err(e)) => {
+                        eprintln!("ragwatch: cannot read the labels file: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let started = std::time::Instant::now();
-                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &k, &mut out).await {
+                let replayed = ragwatch::replay::replay_with_labels(
+                    &config,
+                    &files,
+                    llm.as_ref(),
+                    &k,
+                    labels.as_ref(),
+                    &mut out,
+                );
+                match replayed.await {
                     Ok(result) => {
                         if let Some(path) = &summary {
                             let json = serde_json::to_string_pretty(&result.figures())

@@ -763,6 +763,26 @@ impl LabelledMetrics {
         }
     }
 
+    /// Creates every series of `judges` and `strata` at zero.
+    pub fn precreate(&self, judges: &[JudgeKind], strata: &[String]) {
+        for judge in judges {
+            for stratum in strata {
+                for human in ["faithful", "unfaithful"] {
+                    let labels = [judge.name(), stratum.as_str(), human];
+                    self.score.with_label_values(&labels);
+                    for le in crate::eval::LABEL_SCORE_BOUNDS {
+                        self.bucket.with_label_values(&[
+                            labels[0],
+                            labels[1],
+                            labels[2],
+                            &le.to_string(),
+                        ]);
+                    }
+                }
+            }
+        }
+    }
+
     /// Counts one labelled score.
     pub fn observe(&self, judge: &str, stratum: &str, faithful: bool, score: f64) {
         let human = if faithful { "faithful" } else { "unfaithful" };

@@ -156,6 +156,22 @@ struct Label {
     faithful: serde_json::Value,
 }
 
+/// One label line as (trace id, faithful): `faithful` a boolean, or a score in [0, 1] read as
+/// faithful from 0.5 up. `None` when it is not a label (bad JSON, no or empty trace id, no usable
+/// `faithful`). Shared by the live join and `replay --labels`.
+pub fn parse_label(line: &[u8]) -> Option<(String, bool)> {
+    let label = serde_json::from_slice::<Label>(line).ok()?;
+    let faithful = match &label.faithful {
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(v) if (0.0..=1.0).contains(&v) => v >= 0.5,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (!label.trace_id.is_empty()).then_some((label.trace_id, faithful))
+}
+
 impl Feedback {
     /// A store for `config`; `offline_threshold` is `judge.faithful_threshold`.
     pub fn new(config: &LabelsConfig, offline_threshold: f64) -> Self {
@@ -258,21 +274,10 @@ impl Feedback {
     }
 
     fn join(&self, line: &[u8], names: &[String], metrics: &Metrics, now_ms: u64) -> LabelOutcome {
-        let Ok(label) = serde_json::from_slice::<Label>(line) else {
+        let Some((trace_id, faithful)) = parse_label(line) else {
             return LabelOutcome::Invalid;
         };
-        let faithful = match &label.faithful {
-            serde_json::Value::Bool(b) => *b,
-            serde_json::Value::Number(n) => match n.as_f64() {
-                Some(v) if (0.0..=1.0).contains(&v) => v >= 0.5,
-                _ => return LabelOutcome::Invalid,
-            },
-            _ => return LabelOutcome::Invalid,
-        };
-        if label.trace_id.is_empty() {
-            return LabelOutcome::Invalid;
-        }
-        let key = xxh3_64(label.trace_id.as_bytes());
+        let key = xxh3_64(trace_id.as_bytes());
         let remembered = {
             let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
             store.traces.get(&key).copied()

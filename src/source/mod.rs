@@ -12,7 +12,7 @@ mod otlp;
 mod spans;
 
 pub use file::{read_frame_bounded, read_line_bounded, run_file_source};
-pub use kafka::{client_config, run_kafka_source};
+pub use kafka::{client_config, run_kafka_source, run_label_source};
 pub use offsets::OffsetTracker;
 pub use otlp::run_otlp_source;
 pub use spans::SpanIngest;

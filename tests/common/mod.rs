@@ -12,7 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
@@ -201,6 +203,39 @@ pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
         }
     }
     producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Each partition's committed offset for `group` (-1 when none) and its high watermark.
+pub fn committed_and_high(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i64, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            let c = match committed.find_partition(topic, p).unwrap().offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            };
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap();
+            (c, high)
+        })
+        .collect()
 }
 
 /// Runs `cmd` and asserts it succeeded, showing its stderr when not.
