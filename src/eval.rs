@@ -29,7 +29,8 @@ pub fn auroc(scores: &[f64], labels: &[bool]) -> Option<f64> {
 }
 
 /// Upper bounds of the fixed score buckets in which labelled judge scores are counted (width 0.05):
-/// the `le` values of `ragwatch_labelled_score_ratio` and of `ragwatch_labelled_scores_total`. The
+/// the `le` values of `ragwatch_labelled_score_ratio` and the `bucket` values of
+/// `ragwatch_labelled_scores_total`. The
 /// AUROC from these counts treats two scores in one bucket as a tie.
 pub const LABEL_SCORE_BOUNDS: [f64; 20] = [
     0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85,

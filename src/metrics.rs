@@ -704,7 +704,8 @@ impl Metrics {
 pub struct LabelledMetrics {
     /// `ragwatch_labelled_score_ratio{judge, stratum, human}`: cumulative, a histogram.
     pub score: HistogramVec,
-    /// `ragwatch_labelled_scores_total{judge, stratum, human, le}`: the same counts per bucket.
+    /// `ragwatch_labelled_scores_total{judge, stratum, human, bucket}`: the same counts per bucket,
+    /// `bucket` the upper bound (`le` is for histograms only).
     pub bucket: IntCounterVec,
     /// This replica's AUROC over `labels.auroc_window_secs`, by judge and stratum, while each class
     /// has `labels.auroc_min_per_class` labels.
@@ -731,8 +732,8 @@ impl LabelledMetrics {
             bucket: counter(
                 r,
                 "ragwatch_labelled_scores_total",
-                "Faithfulness scores of human-labelled traces per score bucket (not cumulative: the bucket up to le), by judge, stratum and human verdict.",
-                &["judge", "stratum", "human", "le"],
+                "Faithfulness scores of human-labelled traces per score bucket (not cumulative; bucket = its upper bound, the histogram's le), by judge, stratum and human verdict.",
+                &["judge", "stratum", "human", "bucket"],
             ),
             auroc: gauge(
                 r,

@@ -6,27 +6,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-
-fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let code = raw.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, raw.split_once("\r\n\r\n").unwrap().1.to_string())
-}
 
 #[test]
 fn labels_join_recent_traces_and_count_agreement() {
@@ -65,7 +48,7 @@ fn labels_join_recent_traces_and_count_agreement() {
     }
     body.push_str("{\"trace_id\": \"never-seen\", \"faithful\": false}\n");
     body.push_str("not json\n\n");
-    let (code, reply) = post(rw.addr, "/v1/labels", &body);
+    let (code, reply) = http_post(rw.addr, "/v1/labels", &body);
     assert_eq!(code, 200, "{reply}");
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["joined"], 5, "{reply}");
@@ -95,7 +78,7 @@ fn labels_join_recent_traces_and_count_agreement() {
 fn labels_are_refused_when_off() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rw = Ragwatch::start(&root.join("config/ragwatch.toml"), &[]);
-    let (code, _) = post(
+    let (code, _) = http_post(
         rw.addr,
         "/v1/labels",
         "{\"trace_id\": \"x\", \"faithful\": true}\n",
@@ -114,7 +97,7 @@ fn auroc_from_scrape(m: &Samples, judge: &str, stratum: &str) -> Option<f64> {
         {
             continue;
         }
-        let le: f64 = labels["le"].parse().unwrap();
+        let le: f64 = labels["bucket"].parse().unwrap();
         let at = match buckets.iter().position(|b| b.0 == le) {
             Some(i) => i,
             None => {

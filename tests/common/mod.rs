@@ -410,6 +410,22 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// POSTs `body` to `path`; returns the status and the response body.
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let code = raw.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, raw.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
 /// Parsed Prometheus text samples.
 pub struct Samples(pub Vec<(String, HashMap<String, String>, f64)>);
 
