@@ -1012,7 +1012,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     .map(|(_, line)| String::from_utf8(line).unwrap() + "\n")
     .collect();
     let trace_file = dir.path().join("traces.jsonl");
-    std::fs::write(&trace_file, traces).unwrap();
+    std::fs::write(&trace_file, &traces).unwrap();
     let server = FakeOpenAi::start();
     let records = dir.path().join("verdicts.jsonl");
     let config = dir.path().join("ragwatch.toml");
