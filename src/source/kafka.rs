@@ -270,6 +270,14 @@ fn consumer_config(
     c
 }
 
+/// A subscribed consumer, the receiver of its rebalance callbacks' assignments, and the static
+/// group instance id in use (if any).
+type Subscribed = (
+    Arc<Source>,
+    mpsc::UnboundedReceiver<Assignment>,
+    Option<String>,
+);
+
 /// A consumer of `topics` in `group_id` with ragwatch's client and membership settings, subscribed,
 /// and the channel its rebalance callbacks report on. The trace source and the label source share
 /// it; each has its own group.
@@ -279,14 +287,7 @@ fn subscribe(
     topics: &[String],
     env: &HashMap<String, String>,
     metrics: &Arc<Metrics>,
-) -> Result<
-    (
-        Arc<Source>,
-        mpsc::UnboundedReceiver<Assignment>,
-        Option<String>,
-    ),
-    SourceError,
-> {
+) -> Result<Subscribed, SourceError> {
     let (assignment_tx, assignment_rx) = mpsc::unbounded_channel();
     let context = SourceContext {
         metrics: Arc::clone(metrics),
