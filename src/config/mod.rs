@@ -1394,6 +1394,26 @@ mod tests {
     }
 
     #[test]
+    fn a_label_topic_needs_labels_on_and_a_floor_is_a_ratio() {
+        let e = Config::from_toml_with_env("[labels]\ntopic = \"l\"\n", &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("labels.topic"), "{e}");
+        let e =
+            Config::from_toml_with_env("[labels]\nenabled = true\nauroc_floor = 1.5\n", &env(&[]))
+                .unwrap_err();
+        assert!(e.to_string().contains("labels.auroc_floor"), "{e}");
+        let c = Config::from_toml_with_env(
+            "[labels]\nenabled = true\n",
+            &env(&[("RAGWATCH__LABELS__TOPIC", "ragwatch_labels")]),
+        )
+        .unwrap();
+        assert_eq!(c.labels.topic.as_deref(), Some("ragwatch_labels"));
+        assert_eq!(
+            (c.labels.auroc_window_secs, c.labels.auroc_min_per_class),
+            (3600, 20)
+        );
+    }
+
+    #[test]
     fn group_instance_id_defaults_to_the_pod_name() {
         let c = Config::from_toml_with_env("", &env(&[])).unwrap();
         assert_eq!(c.kafka.session_timeout_ms, 30_000);
