@@ -395,7 +395,7 @@ impl Metrics {
             labels_received: counter(
                 &r,
                 "ragwatch_labels_total",
-                "Human labels received on /v1/labels, by outcome.",
+                "Human labels received (POST /v1/labels or the label topic), by outcome.",
                 &["outcome"],
             ),
             label_agreement: counter(
