@@ -140,6 +140,9 @@ pub async fn run(
         })
     };
 
+    let labels_stop = stop.child_token();
+    let label_source = spawn_label_source(&config, &env, &shared, &labels_stop);
+
     let pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
     ready.store(true, Ordering::Relaxed);
     tracing::info!(source = ?config.source.kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
@@ -165,6 +168,7 @@ pub async fn run(
         }
     };
     ready.store(false, Ordering::Relaxed);
+    labels_stop.cancel();
     // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
     let mut failed: Option<RunError> = None;
     let mut check = |task: &'static str, joined: Result<(), tokio::task::JoinError>| {
@@ -176,6 +180,9 @@ pub async fn run(
     if let Some(pool) = pool {
         check("judge pool", pool.await);
     }
+    if let Some(labels) = label_source {
+        check("label source", labels.await);
+    }
     abandon_timer.abort();
     evaluator_stop.cancel();
     check("evaluator", evaluator.await);
@@ -185,6 +192,35 @@ pub async fn run(
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)?;
     failed.map_or(Ok(()), Err)
+}
+
+/// Starts the Kafka label consumer when `labels.topic` is set. Its failure stops labels only:
+/// the traces are monitored all the same.
+fn spawn_label_source(
+    config: &Config,
+    env: &HashMap<String, String>,
+    shared: &Shared,
+    stop: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let topic = config.labels.topic.clone()?;
+    let group = config
+        .labels
+        .group_id
+        .clone()
+        .unwrap_or_else(|| format!("{}-labels", config.kafka.group_id));
+    let (kafka, env, shared, stop) = (
+        config.kafka.clone(),
+        env.clone(),
+        shared.clone(),
+        stop.clone(),
+    );
+    Some(tokio::spawn(async move {
+        if let Err(e) =
+            crate::source::run_label_source(&kafka, &topic, &group, &env, shared, &stop).await
+        {
+            tracing::error!(error = %e, topic, "label source failed: no labels from Kafka; traces are monitored all the same");
+        }
+    }))
 }
 
 /// Runs a Kafka, file or stdin source into `ingest` until it ends or `stop` fires.

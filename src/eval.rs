@@ -28,6 +28,43 @@ pub fn auroc(scores: &[f64], labels: &[bool]) -> Option<f64> {
     Some((rank_sum - pos * (pos + 1.0) / 2.0) / (pos * neg))
 }
 
+/// Upper bounds of the fixed score buckets in which labelled judge scores are counted (width 0.05):
+/// the `le` values of `ragwatch_labelled_score_ratio` and the `bucket` values of
+/// `ragwatch_labelled_scores_total`. The
+/// AUROC from these counts treats two scores in one bucket as a tie.
+pub const LABEL_SCORE_BOUNDS: [f64; 20] = [
+    0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85,
+    0.9, 0.95, 1.0,
+];
+
+/// The bucket of [`LABEL_SCORE_BOUNDS`] a score falls in: the first whose upper bound is at or
+/// above it (a histogram's `le`); scores above 1 go to the last.
+pub fn label_score_bucket(score: f64) -> usize {
+    LABEL_SCORE_BOUNDS
+        .iter()
+        .position(|&b| score <= b)
+        .unwrap_or(LABEL_SCORE_BOUNDS.len() - 1)
+}
+
+/// AUROC from per-bucket counts of positive (faithful) and negative (unfaithful) scores, buckets in
+/// ascending score order: the Mann-Whitney statistic with every pair in one bucket counted as a tie
+/// (1/2). `None` when a class is empty. The recording rule `ragwatch:label_auroc:ratio_1h` computes
+/// the same sum from pooled counters: `sum_b pos_b * (neg_cum_b - neg_b / 2) / (pos * neg)`, where
+/// `neg_cum_b` is the negatives in bucket `b` and below (a histogram's cumulative `le` count).
+pub fn auroc_binned(pos: &[u64], neg: &[u64]) -> Option<f64> {
+    let (p, n) = (pos.iter().sum::<u64>(), neg.iter().sum::<u64>());
+    if p == 0 || n == 0 {
+        return None;
+    }
+    let mut below_and_in = 0u64;
+    let mut u = 0.0;
+    for (&pb, &nb) in pos.iter().zip(neg) {
+        below_and_in += nb;
+        u += pb as f64 * (below_and_in as f64 - nb as f64 / 2.0);
+    }
+    Some(u / (p as f64 * n as f64))
+}
+
 /// Confusion counts for "unfaithful" detection: a score below the threshold flags the answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Confusion {
@@ -82,6 +119,49 @@ mod tests {
         // A tie between classes counts one half.
         assert_eq!(auroc(&[0.5, 0.5], &[true, false]), Some(0.5));
         assert_eq!(auroc(&[0.5, 0.4], &[true, true]), None);
+    }
+
+    #[test]
+    fn binned_auroc_hand_computed_with_ties_in_a_bucket() {
+        // Three buckets. Positives: 1 in b0, 2 in b2; negatives: 2 in b0, 1 in b1.
+        // Pairs (6): the b2 positives beat all 3 negatives (6 wins); the b0 positive ties the two
+        // b0 negatives (2 x 1/2) and loses to b1. U = 6 + 1 = 7; AUROC = 7 / (3 * 3) = 7/9.
+        let a = auroc_binned(&[1, 0, 2], &[2, 1, 0]).unwrap();
+        assert!((a - 7.0 / 9.0).abs() < 1e-12, "{a}");
+        // The pooled example of deploy/prometheus/rules_test.yaml: 10.5 of 16 pairs.
+        assert_eq!(auroc_binned(&[1, 1, 2], &[2, 1, 1]), Some(0.65625));
+        // Everything in one bucket: all ties, 1/2 whatever the scores inside were.
+        assert_eq!(auroc_binned(&[5, 0], &[3, 0]), Some(0.5));
+        // Perfect, inverted, and a class missing.
+        assert_eq!(auroc_binned(&[0, 4], &[4, 0]), Some(1.0));
+        assert_eq!(auroc_binned(&[4, 0], &[0, 4]), Some(0.0));
+        assert_eq!(auroc_binned(&[4, 0], &[0, 0]), None);
+        // Against the exact AUROC: equal when no bucket holds both classes, and pulled towards 1/2
+        // by the within-bucket pairs otherwise. Scores 0.81 (faithful) and 0.84 (unfaithful) share
+        // the bucket (0.8, 0.85]: exact AUROC counts the pair as a loss, binned as a tie.
+        let scores = [0.93, 0.81, 0.84, 0.12];
+        let labels = [true, true, false, false];
+        let mut pos = [0u64; LABEL_SCORE_BOUNDS.len()];
+        let mut neg = [0u64; LABEL_SCORE_BOUNDS.len()];
+        for (&s, &l) in scores.iter().zip(&labels) {
+            if l {
+                pos[label_score_bucket(s)] += 1;
+            } else {
+                neg[label_score_bucket(s)] += 1;
+            }
+        }
+        assert_eq!(auroc(&scores, &labels), Some(0.75));
+        assert_eq!(auroc_binned(&pos, &neg), Some(0.875));
+    }
+
+    #[test]
+    fn label_score_buckets_are_le_buckets() {
+        assert_eq!(label_score_bucket(0.0), 0);
+        assert_eq!(label_score_bucket(0.05), 0);
+        assert_eq!(label_score_bucket(0.051), 1);
+        assert_eq!(label_score_bucket(0.8), 15);
+        assert_eq!(label_score_bucket(1.0), 19);
+        assert_eq!(label_score_bucket(1.5), 19);
     }
 
     #[test]

@@ -43,17 +43,7 @@ async fn labels(State(s): State<AdminState>, body: Bytes) -> impl IntoResponse {
             "labels are off (labels.enabled = false)\n".to_string(),
         );
     };
-    let now = crate::clock::now_ms();
-    let mut counts = [0u64; LabelOutcome::ALL.len()];
-    for line in body.split(|b| *b == b'\n') {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let outcome = recorder.label(line, now);
-        if let Some(i) = LabelOutcome::ALL.iter().position(|o| *o == outcome) {
-            counts[i] += 1;
-        }
-    }
+    let counts = recorder.label_lines(&body, crate::clock::now_ms());
     let summary: serde_json::Map<String, serde_json::Value> = LabelOutcome::ALL
         .iter()
         .zip(counts)

@@ -13,7 +13,10 @@
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //! recorder::run_evaluator           window gauges, combined estimate, drift flags, every second
-//! http                              /metrics, /livez, /readyz
+//! http                              /metrics, /livez, /readyz, POST /v1/labels
+//! source::run_label_source          labels topic ─┐
+//!                                                 └─ recorder::Feedback: join to recent traces,
+//!                                                    agreement, score buckets for the label AUROC
 //! ```
 //!
 //! # Layers

@@ -62,6 +62,9 @@ enum Command {
         /// Bootstrap resamples of the audit's intervals.
         #[arg(long, default_value_t = 1000)]
         resamples: usize,
+        /// Human labels to join to the traces by id (JSON lines: trace_id, faithful, source).
+        #[arg(long)]
+        labels: Option<PathBuf>,
     },
     /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
     Gate {
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
             audit_out,
             seed,
             resamples,
+            labels,
         } => {
             let config = match load(&config, &env) {
                 Ok(c) => c,
@@ -219,10 +223,25 @@ fn main() -> ExitCode {
                         }
                     }
                 };
+                let labels = match labels.as_deref().map(ragwatch::replay::ReplayLabels::read) {
+                    None => None,
+                    Some(Ok(l)) => Some(l),
+                    Some(Err(e)) => {
+                        eprintln!("ragwatch: cannot read the labels file: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let started = std::time::Instant::now();
-                match ragwatch::replay::replay(&config, &files, llm.as_ref(), &k, audit, &mut out)
-                    .await
-                {
+                let replayed = ragwatch::replay::replay_with_labels(
+                    &config,
+                    &files,
+                    llm.as_ref(),
+                    &k,
+                    audit,
+                    labels.as_ref(),
+                    &mut out,
+                );
+                match replayed.await {
                     Ok(result) => {
                         if let Some(path) = &summary {
                             let json = serde_json::to_string_pretty(&result.figures())

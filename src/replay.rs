@@ -5,7 +5,7 @@
 //! The labelled traces are also kept, as each judge scored them, for the judge audit
 //! ([`Summary::audit`], `replay --audit`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,6 +78,9 @@ pub struct StratumSummary {
     pub labelled: Vec<(f64, bool)>,
     /// Confusion at the threshold.
     pub confusion: Confusion,
+    /// Labelled traces whose judge verdict (score against the judge's threshold) agrees with the
+    /// label.
+    pub agree: u64,
     /// Traces with gold retrieval labels and their summed retrieval scores.
     #[serde(skip)]
     pub retrieval: Vec<RetrievalScores>,
@@ -115,6 +118,10 @@ impl StratumSummary {
         );
         let (scores, labels): (Vec<f64>, Vec<bool>) = self.labelled.iter().copied().unzip();
         put("auroc".into(), auroc(&scores, &labels));
+        put(
+            "agreement".into(),
+            mean(self.agree as f64, self.labelled.len() as u64),
+        );
         if !self.retrieval.is_empty() {
             let n = self.retrieval.len() as f64;
             let avg = |score: &dyn Fn(&RetrievalScores) -> f64| {
@@ -146,6 +153,7 @@ impl StratumSummary {
         self.context_relevance_sum += o.context_relevance_sum;
         self.context_relevance_n += o.context_relevance_n;
         self.labelled.extend_from_slice(&o.labelled);
+        self.agree += o.agree;
         self.retrieval.extend(o.retrieval.iter().cloned());
         self.tokens.extend_from_slice(&o.tokens);
     }
@@ -165,6 +173,8 @@ pub struct Summary {
     /// Labelled traces as each judge scored them, for the audit (`offline`, `llm`).
     #[serde(skip)]
     pub audit: BTreeMap<&'static str, Vec<AuditSample>>,
+    /// With `--labels`: the join and each judge's agreement.
+    pub labels: Option<LabelJoin>,
 }
 
 /// What a trace's record carries besides its evaluation: with the LLM judge, the offline judge's
@@ -173,6 +183,60 @@ pub struct Summary {
 struct Extra {
     offline: Option<Verdict>,
     reversed: Option<Option<f64>>,
+}
+
+/// Human labels for a replay, from a JSONL file of the label shape (`--labels`).
+#[derive(Debug, Default)]
+pub struct ReplayLabels {
+    by_trace: HashMap<String, bool>,
+    /// Lines that are not labels.
+    pub invalid: u64,
+}
+
+impl ReplayLabels {
+    /// Reads a label file (the lines `POST /v1/labels` and the label topic take); a later label of a
+    /// trace replaces an earlier one.
+    pub fn read(path: &std::path::Path) -> std::io::Result<Self> {
+        let text = std::fs::read(path)?;
+        let mut labels = Self::default();
+        for line in text.split(|b| *b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match crate::recorder::parse_label(line) {
+                Some((id, faithful)) => {
+                    labels.by_trace.insert(id, faithful);
+                }
+                None => labels.invalid += 1,
+            }
+        }
+        Ok(labels)
+    }
+
+    /// Labels read.
+    pub fn len(&self) -> usize {
+        self.by_trace.len()
+    }
+
+    /// Whether no label was read.
+    pub fn is_empty(&self) -> bool {
+        self.by_trace.is_empty()
+    }
+}
+
+/// How a label file joined the replayed traces, and each judge's agreement with it.
+#[derive(Debug, Default, Serialize)]
+pub struct LabelJoin {
+    /// Labels whose trace was replayed.
+    pub joined: u64,
+    /// Labels for traces not in the replay.
+    pub unknown_trace: u64,
+    /// Lines of the file that are not labels.
+    pub invalid: u64,
+    /// Per judge: (verdicts agreeing with the label, labelled verdicts).
+    pub agreement: BTreeMap<&'static str, (u64, u64)>,
+    #[serde(skip)]
+    seen: HashSet<String>,
 }
 
 /// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
@@ -194,12 +258,35 @@ pub async fn replay(
     audit: bool,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
+    replay_with_labels(config, files, llm, ks, audit, None, out).await
+}
+
+/// [`replay`] with human labels from a file, joined to the traces by id (a file label replaces the
+/// trace's own `label_faithful`); the summary then says how each judge agrees with them.
+pub async fn replay_with_labels(
+    config: &Config,
+    files: &[PathBuf],
+    llm: Option<&LlmJudge>,
+    ks: &[usize],
+    audit: bool,
+    labels: Option<&ReplayLabels>,
+    out: &mut dyn Write,
+) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {
         ks: ks.to_vec(),
+        labels: labels.map(|l| LabelJoin {
+            invalid: l.invalid,
+            ..LabelJoin::default()
+        }),
         ..Summary::default()
+    };
+    let judged = Judged {
+        threshold,
+        llm_threshold: config.labels.llm_faithful_threshold,
+        labels,
     };
     let total_bytes: u64 = files
         .iter()
@@ -222,7 +309,7 @@ pub async fn replay(
                 summary.lines += 1;
                 let eval = pipeline.evaluate(buf);
                 let extra = Extra::default();
-                write_record(&mut summary, &shared, &eval, &extra, line, threshold, out)
+                write_record(&mut summary, &shared, &eval, &extra, line, &judged, out)
             })
             .await?;
         }
@@ -250,7 +337,7 @@ pub async fn replay(
             let judging =
                 judge_in_order(rx, workers, &pipeline, judge, audit, |eval, extra, line| {
                     summary.lines += 1;
-                    write_record(&mut summary, &shared, eval, extra, line, threshold, out)
+                    write_record(&mut summary, &shared, eval, extra, line, &judged, out)
                 });
             let (read, judged) = tokio::join!(reader, judging);
             read?;
@@ -260,8 +347,19 @@ pub async fn replay(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    if let (Some(join), Some(labels)) = (summary.labels.as_mut(), labels) {
+        join.joined = join.seen.len() as u64;
+        join.unknown_trace = labels.len() as u64 - join.joined;
+    }
     out.flush()?;
     Ok(summary)
+}
+
+/// What a record is held against: the judges' thresholds and the label file.
+struct Judged<'a> {
+    threshold: f64,
+    llm_threshold: f64,
+    labels: Option<&'a ReplayLabels>,
 }
 
 /// Calls `f` with every non-blank line of `files` (`-` is stdin) and its 1-based line number in
@@ -362,9 +460,10 @@ fn write_record(
     eval: &Evaluation,
     extra: &Extra,
     line: u64,
-    threshold: f64,
+    judged: &Judged<'_>,
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
+    let threshold = judged.threshold;
     let record = match &eval.trace {
         Err(e) => {
             *summary.rejected.entry(e.reason.as_str()).or_default() += 1;
@@ -433,13 +532,37 @@ fn write_record(
                 s.context_relevance_sum += r;
                 s.context_relevance_n += 1;
             }
+            let file_label = judged
+                .labels
+                .and_then(|l| l.by_trace.get(&trace.trace_id).copied());
+            if file_label.is_some()
+                && let Some(join) = summary.labels.as_mut()
+            {
+                join.seen.insert(trace.trace_id.clone());
+            }
+            let s = summary
+                .strata
+                .get_mut(stratum)
+                .expect("entered above for this trace");
             match verdict.faithfulness {
                 Some(f) => {
                     s.scored += 1;
                     s.faithfulness_sum += f;
-                    if let Some(label) = trace.label_faithful {
+                    if let Some(label) = file_label.or(trace.label_faithful) {
                         s.labelled.push((f, label));
                         s.confusion.add(f, label, threshold);
+                        let judge_threshold = match verdict.judge {
+                            crate::labels::JudgeKind::Llm => judged.llm_threshold,
+                            _ => threshold,
+                        };
+                        let agree = (f >= judge_threshold) == label;
+                        s.agree += u64::from(agree);
+                        if let Some(join) = summary.labels.as_mut().filter(|_| file_label.is_some())
+                        {
+                            let a = join.agreement.entry(verdict.judge.name()).or_default();
+                            a.0 += u64::from(agree);
+                            a.1 += 1;
+                        }
                     }
                 }
                 None => s.no_claims += 1,
@@ -462,7 +585,7 @@ fn write_record(
                     None
                 },
                 line,
-                label_faithful: trace.label_faithful,
+                label_faithful: file_label.or(trace.label_faithful),
                 details: Some(verdict),
             }
         }
@@ -570,6 +693,18 @@ impl Summary {
                 t.push_str(&format!(
                     "{:<16} confusion (flag = faithfulness below threshold): tp {} fp {} fn {} tn {}\n",
                     "", c.true_positive, c.false_positive, c.false_negative, c.true_negative
+                ));
+            }
+        }
+        if let Some(join) = &self.labels {
+            t.push_str(&format!(
+                "labels file: joined {}, unknown_trace {}, invalid {}\n",
+                join.joined, join.unknown_trace, join.invalid
+            ));
+            for (judge, (agree, n)) in &join.agreement {
+                t.push_str(&format!(
+                    "agreement with the labels: {judge} {} ({agree} of {n})\n",
+                    fmt((*n > 0).then(|| *agree as f64 / *n as f64))
                 ));
             }
         }

@@ -14,10 +14,12 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::openai::FakeOpenAi;
-use common::{Ragwatch, free_port, gen_traces, http_get, pipe, run_ok, wait_for};
+use common::{Ragwatch, free_port, gen_traces, http_get, http_post, pipe, run_ok, wait_for};
 use serde_json::{Value, json};
 
 fn root() -> &'static Path {
@@ -1010,7 +1012,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     .map(|(_, line)| String::from_utf8(line).unwrap() + "\n")
     .collect();
     let trace_file = dir.path().join("traces.jsonl");
-    std::fs::write(&trace_file, traces).unwrap();
+    std::fs::write(&trace_file, &traces).unwrap();
     let server = FakeOpenAi::start();
     let records = dir.path().join("verdicts.jsonl");
     let config = dir.path().join("ragwatch.toml");
@@ -1023,7 +1025,8 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [judge]\nsampled = \"llm\"\nworkers = 4\n\
              [llm]\nbase_url = \"{}\"\nchat_model = \"judge-2026-01-01\"\nembedding_model = \"embed-1\"\n\
              request_timeout_ms = 2000\nbackoff_base_ms = 20\nrecords_path = \"{}\"\n\
-             records_max_bytes = 50000\nrecords_keep_files = 2\n",
+             records_max_bytes = 50000\nrecords_keep_files = 2\n\
+             [labels]\nenabled = true\nauroc_min_per_class = 5\n",
             trace_file.display(),
             server.base_url(),
             records.display()
@@ -1031,6 +1034,26 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     )
     .unwrap();
     let rw = Ragwatch::start(&config, &[]);
+    // A reviewer labels every trace of the file, again every second (the file loops): one in three
+    // unfaithful, so every stratum has both classes and the label AUROC panel has data.
+    let labels: String = traces
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let id = serde_json::from_str::<Value>(l).unwrap()["trace_id"].clone();
+            format!("{{\"trace_id\": {id}, \"faithful\": {}}}\n", i % 3 != 0)
+        })
+        .collect();
+    let labelling = Arc::new(AtomicBool::new(true));
+    let reviewer = {
+        let (labelling, addr) = (Arc::clone(&labelling), rw.addr);
+        std::thread::spawn(move || {
+            while labelling.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(1));
+                let _ = std::panic::catch_unwind(|| http_post(addr, "/v1/labels", &labels));
+            }
+        })
+    };
 
     let rules = std::fs::read_to_string(root().join("deploy/prometheus/rules.yaml")).unwrap();
     std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
@@ -1077,6 +1100,9 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
             );
         }
     }
+
+    labelling.store(false, Ordering::Relaxed);
+    reviewer.join().unwrap();
 
     // The records rotated at their cap: the live file and two rotated ones, none above the cap.
     wait_for(

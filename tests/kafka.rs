@@ -11,9 +11,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 
 fn config() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ragwatch.toml"))
@@ -162,33 +159,6 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
         "{}",
         rw.log_text()
     );
-}
-
-fn committed_and_high(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap();
-    (0..partitions)
-        .map(|p| {
-            let c = match committed.find_partition(topic, p).unwrap().offset() {
-                Offset::Offset(o) => o,
-                _ => -1,
-            };
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(10))
-                .unwrap();
-            (c, high)
-        })
-        .collect()
 }
 
 /// The number of messages a stopped ragwatch says it consumed (its last log line about offsets).

@@ -6,27 +6,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-
-fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let code = raw.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, raw.split_once("\r\n\r\n").unwrap().1.to_string())
-}
 
 #[test]
 fn labels_join_recent_traces_and_count_agreement() {
@@ -65,7 +48,7 @@ fn labels_join_recent_traces_and_count_agreement() {
     }
     body.push_str("{\"trace_id\": \"never-seen\", \"faithful\": false}\n");
     body.push_str("not json\n\n");
-    let (code, reply) = post(rw.addr, "/v1/labels", &body);
+    let (code, reply) = http_post(rw.addr, "/v1/labels", &body);
     assert_eq!(code, 200, "{reply}");
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["joined"], 5, "{reply}");
@@ -95,10 +78,265 @@ fn labels_join_recent_traces_and_count_agreement() {
 fn labels_are_refused_when_off() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rw = Ragwatch::start(&root.join("config/ragwatch.toml"), &[]);
-    let (code, _) = post(
+    let (code, _) = http_post(
         rw.addr,
         "/v1/labels",
         "{\"trace_id\": \"x\", \"faithful\": true}\n",
     );
     assert_eq!(code, 404);
+}
+
+/// The AUROC of the counts on `/metrics`: `sum_b pos_b * (neg_cum_b - neg_b / 2) / (pos * neg)`
+/// from the per-bucket counters (the recording rule's formula, written again here).
+fn auroc_from_scrape(m: &Samples, judge: &str, stratum: &str) -> Option<f64> {
+    let mut buckets: Vec<(f64, f64, f64)> = Vec::new();
+    for (name, labels, v) in &m.0 {
+        if name != "ragwatch_labelled_scores_total"
+            || labels["judge"] != judge
+            || labels["stratum"] != stratum
+        {
+            continue;
+        }
+        let le: f64 = labels["bucket"].parse().unwrap();
+        let at = match buckets.iter().position(|b| b.0 == le) {
+            Some(i) => i,
+            None => {
+                buckets.push((le, 0.0, 0.0));
+                buckets.len() - 1
+            }
+        };
+        if labels["human"] == "faithful" {
+            buckets[at].1 += v;
+        } else {
+            buckets[at].2 += v;
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (pos, neg): (f64, f64) = buckets
+        .iter()
+        .fold((0.0, 0.0), |a, b| (a.0 + b.1, a.1 + b.2));
+    let mut cum = 0.0;
+    let mut u = 0.0;
+    for (_, p, n) in &buckets {
+        cum += n;
+        u += p * (cum - n / 2.0);
+    }
+    (pos > 0.0 && neg > 0.0).then(|| u / (pos * neg))
+}
+
+/// Labels on a Kafka topic (tansu), joined to traces that came on the trace topic: every label is
+/// applied and counted, malformed ones do not hold up their partition, the agreement counters and
+/// the AUROC move, and the label group's offsets are committed to the end of the topic.
+#[test]
+fn labels_from_a_kafka_topic_join_traces_and_move_the_auroc() {
+    let broker = Broker::start();
+    let (traces_topic, labels_topic) = (unique("traces"), unique("labels"));
+    broker.create_topic(&traces_topic, 3);
+    broker.create_topic(&labels_topic, 2);
+    let group = unique("g");
+    let label_group = unique("lg");
+    let traces = gen_traces(
+        300,
+        &[
+            "--strata",
+            "head",
+            "--unfaithful-share",
+            "0.3",
+            "--seed",
+            "11",
+        ],
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut env = Ragwatch::kafka_env(&broker.brokers(), &traces_topic, &group);
+    env.extend([
+        ("RAGWATCH__LABELS__ENABLED", "true".to_string()),
+        ("RAGWATCH__LABELS__TOPIC", labels_topic.clone()),
+        ("RAGWATCH__LABELS__GROUP_ID", label_group.clone()),
+        ("RAGWATCH__LABELS__AUROC_FLOOR", "0.6".to_string()),
+    ]);
+    let rw = Ragwatch::start(&root.join("config/ragwatch.toml"), &env);
+    produce(&broker.brokers(), &traces_topic, &traces);
+    wait_for("every trace to be read", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_traces_received_total", &[]) >= traces.len() as f64).then_some(())
+    });
+
+    // One label per trace, from its own `label_faithful`, keyed by trace id; malformed messages
+    // first on both partitions (keys chosen to land on each), then between the labels.
+    let mut labels: Vec<(String, Vec<u8>)> = Vec::new();
+    for key in ["bad-0", "bad-1", "bad-2", "bad-3"] {
+        labels.push((key.to_string(), b"not json".to_vec()));
+        labels.push((key.to_string(), Vec::new()));
+    }
+    let mut faithful = 0usize;
+    for (i, (id, line)) in traces.iter().enumerate() {
+        let label = serde_json::from_slice::<serde_json::Value>(line).unwrap()["label_faithful"]
+            .as_bool()
+            .unwrap();
+        faithful += usize::from(label);
+        // Booleans and scores both: a score of 0.9 or 0.1 is a verdict of faithful or not.
+        let value = if i % 3 == 0 {
+            if label { "0.9" } else { "0.1" }.to_string()
+        } else {
+            label.to_string()
+        };
+        labels.push((
+            id.clone(),
+            format!("{{\"trace_id\": \"{id}\", \"faithful\": {value}, \"source\": \"review\"}}")
+                .into_bytes(),
+        ));
+        if i % 50 == 0 {
+            labels.push((id.clone(), br#"{"trace_id": "x", "faithful": 7}"#.to_vec()));
+        }
+    }
+    labels.push((
+        "never".into(),
+        br#"{"trace_id": "never-seen", "faithful": true}"#.to_vec(),
+    ));
+    produce(&broker.brokers(), &labels_topic, &labels);
+    let unfaithful = traces.len() - faithful;
+    assert!(
+        unfaithful >= 20 && faithful >= 20,
+        "{faithful} / {unfaithful}"
+    );
+
+    let m = wait_for("every label to be joined", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_labels_total", &[("outcome", "joined")]) >= traces.len() as f64
+            && m.0.iter().any(|s| s.0 == "ragwatch_label_auroc_ratio"))
+        .then_some(m)
+    });
+    assert_eq!(
+        m.sum("ragwatch_labels_total", &[("outcome", "joined")]),
+        traces.len() as f64
+    );
+    // 8 malformed up front and one `faithful: 7` every 50 labels.
+    assert_eq!(
+        m.sum("ragwatch_labels_total", &[("outcome", "invalid")]),
+        8.0 + 6.0
+    );
+    assert_eq!(
+        m.sum("ragwatch_labels_total", &[("outcome", "unknown_trace")]),
+        1.0
+    );
+    // Every joined label with an offline score was compared and bucketed.
+    let compared = m.sum("ragwatch_label_agreement_total", &[("judge", "offline")]);
+    let bucketed = m.sum("ragwatch_labelled_scores_total", &[("judge", "offline")]);
+    let histogram = m.sum(
+        "ragwatch_labelled_score_ratio_count",
+        &[("judge", "offline")],
+    );
+    assert!(compared >= 0.9 * traces.len() as f64, "{compared}");
+    assert_eq!((bucketed, histogram), (compared, compared));
+    // The in-process AUROC is the one the exported counts give (one replica).
+    let auroc = m.sum(
+        "ragwatch_label_auroc_ratio",
+        &[("judge", "offline"), ("stratum", "head")],
+    );
+    let from_counts = auroc_from_scrape(&m, "offline", "head").unwrap();
+    assert!(
+        (auroc - from_counts).abs() < 1e-9,
+        "{auroc} vs {from_counts}"
+    );
+    eprintln!(
+        "offline judge vs labels: AUROC {auroc:.3} over {compared} labels, agreement {:.3}",
+        m.sum(
+            "ragwatch_label_agreement_total",
+            &[("judge", "offline"), ("agree", "true")]
+        ) / compared
+    );
+    assert!(
+        auroc > 0.6,
+        "the offline judge separates the synthetic labels: {auroc}"
+    );
+    assert_eq!(
+        m.sum(
+            "ragwatch_label_auroc_below_floor",
+            &[("judge", "offline"), ("stratum", "head")]
+        ),
+        0.0
+    );
+    promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+
+    // Offsets: the label group committed up to the end of both partitions.
+    wait_for("label offsets committed", Duration::from_secs(20), || {
+        let offsets = committed_and_high(&broker.brokers(), &label_group, &labels_topic, 2);
+        offsets.iter().all(|(c, h)| c == h && *h > 0).then_some(())
+    });
+    rw.sigterm();
+}
+
+/// `ragwatch replay --labels`: labels in a file, joined to the replayed traces by id, give the same
+/// AUROC as the same labels inside the traces, and the summary reports the join and the judge's
+/// agreement.
+#[test]
+fn replay_joins_a_label_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = gen_traces(200, &["--unfaithful-share", "0.3", "--seed", "12"]);
+    let (mut with, mut without, mut labels) = (String::new(), String::new(), String::new());
+    for (id, line) in &traces {
+        let mut v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        with.push_str(&format!("{v}\n"));
+        let label = v.as_object_mut().unwrap().remove("label_faithful").unwrap();
+        without.push_str(&format!("{v}\n"));
+        labels.push_str(&format!(
+            "{{\"trace_id\": \"{id}\", \"faithful\": {label}, \"source\": \"review\"}}\n"
+        ));
+    }
+    labels.push_str("{\"trace_id\": \"not-replayed\", \"faithful\": false}\nnot a label\n");
+    for (name, text) in [
+        ("with.jsonl", &with),
+        ("without.jsonl", &without),
+        ("labels.jsonl", &labels),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let replay = |file: &str, extra: &[&str]| {
+        let summary = dir.path().join(format!("{file}.summary.json"));
+        let out = run_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .arg("replay")
+                .arg(dir.path().join(file))
+                .arg("--output")
+                .arg(dir.path().join(format!("{file}.out")))
+                .arg("--summary")
+                .arg(&summary)
+                .args(extra),
+        );
+        let figures: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+        (figures, String::from_utf8(out.stderr).unwrap())
+    };
+    let labels_path = dir.path().join("labels.jsonl");
+    let (inline, _) = replay("with.jsonl", &[]);
+    let (joined, stderr) = replay(
+        "without.jsonl",
+        &["--labels", labels_path.to_str().unwrap()],
+    );
+    let (unlabelled, _) = replay("without.jsonl", &[]);
+    assert!(
+        stderr.contains("labels file: joined 200, unknown_trace 1, invalid 1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("agreement with the labels: offline "),
+        "{stderr}"
+    );
+    let auroc = joined["all"]["auroc"].as_f64().unwrap();
+    assert_eq!(
+        Some(auroc),
+        inline["all"]["auroc"].as_f64(),
+        "{joined} {inline}"
+    );
+    assert_eq!(joined["all"]["agreement"], inline["all"]["agreement"]);
+    assert!(
+        joined["all"]["agreement"].as_f64().unwrap() > 0.5,
+        "{joined}"
+    );
+    assert!(unlabelled["all"].get("auroc").is_none(), "{unlabelled}");
+    eprintln!(
+        "replay --labels: AUROC {auroc:.3}, agreement {}",
+        joined["all"]["agreement"]
+    );
 }

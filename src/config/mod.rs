@@ -176,6 +176,23 @@ pub struct LabelsConfig {
     /// supported, as a reviewer who marks any unsupported span means).
     #[serde(default = "default_llm_faithful_threshold")]
     pub llm_faithful_threshold: f64,
+    /// A Kafka topic of label messages (same shape as the POST body's lines), read with the
+    /// `kafka` section's brokers and client settings. Off when absent.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// The label consumer's group (default: `kafka.group_id` + `-labels`). Give each replica its
+    /// own group to have every replica read every label (see the README's labels section).
+    #[serde(default)]
+    pub group_id: Option<String>,
+    /// The window of the in-process label AUROC (the recording rule uses 1h).
+    #[serde(default = "default_label_auroc_window_secs")]
+    pub auroc_window_secs: u64,
+    /// Labels of each class (faithful, unfaithful) in the window before the AUROC is exported.
+    #[serde(default = "default_label_auroc_min_per_class")]
+    pub auroc_min_per_class: u64,
+    /// The AUROC below which a judge is flagged as disagreeing with people (0: no flag, no alert).
+    #[serde(default)]
+    pub auroc_floor: f64,
 }
 
 /// How log lines are written to stderr.
@@ -855,6 +872,12 @@ fn default_label_ttl_secs() -> u64 {
 fn default_llm_faithful_threshold() -> f64 {
     1.0
 }
+fn default_label_auroc_window_secs() -> u64 {
+    3600
+}
+fn default_label_auroc_min_per_class() -> u64 {
+    20
+}
 fn default_log_format() -> LogFormat {
     LogFormat::Text
 }
@@ -943,6 +966,19 @@ impl Config {
             "labels.llm_faithful_threshold",
             self.labels.llm_faithful_threshold,
         );
+        p.ratio("labels.auroc_floor", self.labels.auroc_floor);
+        if self.labels.auroc_window_secs == 0 {
+            p.add("labels.auroc_window_secs", "must be > 0");
+        }
+        if self.labels.topic.is_some() && !self.labels.enabled {
+            p.add("labels.topic", "needs labels.enabled = true");
+        }
+        if self.labels.topic.as_deref() == Some("") {
+            p.add(
+                "labels.topic",
+                "must not be empty (leave it out for no topic)",
+            );
+        }
         self.validate_otlp(&mut p);
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
@@ -1409,6 +1445,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("sasl.password"), "{e}");
+    }
+
+    #[test]
+    fn a_label_topic_needs_labels_on_and_a_floor_is_a_ratio() {
+        let e = Config::from_toml_with_env("[labels]\ntopic = \"l\"\n", &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("labels.topic"), "{e}");
+        let e =
+            Config::from_toml_with_env("[labels]\nenabled = true\nauroc_floor = 1.5\n", &env(&[]))
+                .unwrap_err();
+        assert!(e.to_string().contains("labels.auroc_floor"), "{e}");
+        let c = Config::from_toml_with_env(
+            "[labels]\nenabled = true\n",
+            &env(&[("RAGWATCH__LABELS__TOPIC", "ragwatch_labels")]),
+        )
+        .unwrap();
+        assert_eq!(c.labels.topic.as_deref(), Some("ragwatch_labels"));
+        assert_eq!(
+            (c.labels.auroc_window_secs, c.labels.auroc_min_per_class),
+            (3600, 20)
+        );
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
 /// Recomputes every window gauge, estimate and drift flag at `now`. `judges` are the judges that
 /// produce verdicts in this process; the combined estimate is added when the recorder keeps it.
 pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now: u64) {
+    export_label_auroc(config, shared, now);
     let m = &shared.metrics;
     let w = &config.windows;
     let windows = shared.windows.lock().unwrap_or_else(|p| p.into_inner());
@@ -171,5 +172,43 @@ pub async fn run_evaluator(
             _ = stop.cancelled() => break,
             _ = tick.tick() => evaluate_once(&config, &shared, &judges, now_ms()),
         }
+    }
+}
+
+/// Exports each judge's label AUROC per stratum while both classes have
+/// `labels.auroc_min_per_class` labels in the window (removed otherwise, so no thin figure is
+/// shown), and flags and logs a judge whose AUROC falls below `labels.auroc_floor`.
+fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
+    let Some(feedback) = &shared.feedback else {
+        return;
+    };
+    let m = &shared.metrics.labelled;
+    let min = config.labels.auroc_min_per_class;
+    for a in feedback.aurocs(now) {
+        let stratum = shared.stratifier.name(a.stratum);
+        let labels = [a.judge.name(), stratum];
+        let enough = a.faithful >= min.max(1) && a.unfaithful >= min.max(1);
+        let auroc = a.auroc.filter(|_| enough);
+        let below =
+            auroc.is_some_and(|v| config.labels.auroc_floor > 0.0 && v < config.labels.auroc_floor);
+        match auroc {
+            Some(v) => m.auroc.with_label_values(&labels).set(v),
+            None => {
+                let _ = m.auroc.remove_label_values(&labels);
+            }
+        }
+        let flag = m.below_floor.with_label_values(&labels);
+        if below && flag.get() == 0 {
+            tracing::warn!(
+                judge = a.judge.name(),
+                stratum,
+                auroc = auroc.unwrap_or_default(),
+                floor = config.labels.auroc_floor,
+                faithful = a.faithful,
+                unfaithful = a.unfaithful,
+                "judge disagrees with human labels: its scores barely separate faithful from unfaithful answers"
+            );
+        }
+        flag.set(i64::from(below));
     }
 }

@@ -8,6 +8,11 @@
 //! first. A label for a trace the store no longer (or never) held is counted as `unknown_trace`, one
 //! past the TTL as `expired`, one that does not parse as `invalid`: counted, never silently dropped.
 //!
+//! Each joined label also counts the judge's score in a fixed score bucket by the human verdict
+//! (`ragwatch_labelled_score_ratio`, `ragwatch_labelled_scores_total`), and a ring of time slots
+//! keeps the same counts for `labels.auroc_window_secs`, from which [`Feedback::aurocs`] gives each
+//! judge's AUROC against people per stratum: the statistic the recording rule computes fleet-wide.
+//!
 //! Labels are not fed into the combined estimate: people label the traces they choose (a thumbs-down
 //! is not a random draw), so they are not a known-probability sample, and weighting them as one would
 //! bias the estimate. They measure agreement instead.
@@ -19,6 +24,7 @@ use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::LabelsConfig;
+use crate::eval::{LABEL_SCORE_BOUNDS, auroc_binned, label_score_bucket};
 use crate::labels::{JudgeKind, StratumId};
 use crate::metrics::Metrics;
 
@@ -69,6 +75,68 @@ struct Store {
     traces: HashMap<u64, Remembered>,
     /// Insertion order, for eviction; a key may appear again after it was refreshed.
     order: VecDeque<(u64, u64)>,
+    /// Labelled scores per (judge, stratum), by time slot.
+    rings: HashMap<(JudgeKind, StratumId), ScoreRing>,
+}
+
+/// Time slots of a [`ScoreRing`]: the window moves in steps of 1/60 of its length.
+const SLOTS: u64 = 60;
+
+/// Counts per score bucket of faithful (`[1]`) and unfaithful (`[0]`) labels.
+type BucketCounts = [[u64; LABEL_SCORE_BOUNDS.len()]; 2];
+
+/// Labelled scores of one judge and stratum over a sliding window of time slots; a slot is reused
+/// (cleared) when time comes round to it again.
+#[derive(Debug, Clone)]
+struct ScoreRing {
+    /// (slot number since the epoch, counts) per position.
+    slots: Vec<(u64, BucketCounts)>,
+}
+
+impl ScoreRing {
+    fn new() -> Self {
+        Self {
+            slots: vec![(u64::MAX, [[0; LABEL_SCORE_BOUNDS.len()]; 2]); SLOTS as usize],
+        }
+    }
+
+    fn add(&mut self, slot: u64, faithful: bool, score: f64) {
+        let at = &mut self.slots[(slot % SLOTS) as usize];
+        if at.0 != slot {
+            *at = (slot, [[0; LABEL_SCORE_BOUNDS.len()]; 2]);
+        }
+        at.1[usize::from(faithful)][label_score_bucket(score)] += 1;
+    }
+
+    /// The counts of the last `SLOTS` slots up to `slot`.
+    fn sum(&self, slot: u64) -> BucketCounts {
+        let mut out = [[0; LABEL_SCORE_BOUNDS.len()]; 2];
+        for (at, counts) in &self.slots {
+            if *at <= slot && slot - at < SLOTS {
+                for (o, c) in out.iter_mut().zip(counts) {
+                    for (o, c) in o.iter_mut().zip(c) {
+                        *o += c;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One judge's agreement with people in one stratum over the AUROC window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelAuroc {
+    /// The judge.
+    pub judge: JudgeKind,
+    /// The stratum.
+    pub stratum: StratumId,
+    /// Labels saying faithful, with a score from this judge.
+    pub faithful: u64,
+    /// Labels saying unfaithful, with a score from this judge.
+    pub unfaithful: u64,
+    /// The AUROC from the bucketed scores; `None` while a class is empty.
+    pub auroc: Option<f64>,
 }
 
 /// The label join: remembered traces and the thresholds that turn scores into verdicts.
@@ -79,12 +147,29 @@ pub struct Feedback {
     ttl_ms: u64,
     offline_threshold: f64,
     llm_threshold: f64,
+    slot_ms: u64,
 }
 
 #[derive(Deserialize)]
 struct Label {
     trace_id: String,
     faithful: serde_json::Value,
+}
+
+/// One label line as (trace id, faithful): `faithful` a boolean, or a score in [0, 1] read as
+/// faithful from 0.5 up. `None` when it is not a label (bad JSON, no or empty trace id, no usable
+/// `faithful`). Shared by the live join and `replay --labels`.
+pub fn parse_label(line: &[u8]) -> Option<(String, bool)> {
+    let label = serde_json::from_slice::<Label>(line).ok()?;
+    let faithful = match &label.faithful {
+        serde_json::Value::Bool(b) => *b,
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(v) if (0.0..=1.0).contains(&v) => v >= 0.5,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (!label.trace_id.is_empty()).then_some((label.trace_id, faithful))
 }
 
 impl Feedback {
@@ -96,6 +181,7 @@ impl Feedback {
             ttl_ms: config.ttl_secs.saturating_mul(1000),
             offline_threshold,
             llm_threshold: config.llm_faithful_threshold,
+            slot_ms: (config.auroc_window_secs.saturating_mul(1000) / SLOTS).max(1),
         }
     }
 
@@ -148,6 +234,29 @@ impl Feedback {
         self.len() == 0
     }
 
+    /// Every judge's and stratum's labelled scores over the AUROC window ending at `now_ms`, in
+    /// judge then stratum order.
+    pub fn aurocs(&self, now_ms: u64) -> Vec<LabelAuroc> {
+        let slot = now_ms / self.slot_ms;
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<LabelAuroc> = store
+            .rings
+            .iter()
+            .map(|(&(judge, stratum), ring)| {
+                let [neg, pos] = ring.sum(slot);
+                LabelAuroc {
+                    judge,
+                    stratum,
+                    faithful: pos.iter().sum(),
+                    unfaithful: neg.iter().sum(),
+                    auroc: auroc_binned(&pos, &neg),
+                }
+            })
+            .collect();
+        out.sort_by_key(|a| (a.judge.name(), a.stratum));
+        out
+    }
+
     /// Joins one label line and counts the outcome and each judge's agreement.
     pub fn label(
         &self,
@@ -165,21 +274,10 @@ impl Feedback {
     }
 
     fn join(&self, line: &[u8], names: &[String], metrics: &Metrics, now_ms: u64) -> LabelOutcome {
-        let Ok(label) = serde_json::from_slice::<Label>(line) else {
+        let Some((trace_id, faithful)) = parse_label(line) else {
             return LabelOutcome::Invalid;
         };
-        let faithful = match &label.faithful {
-            serde_json::Value::Bool(b) => *b,
-            serde_json::Value::Number(n) => match n.as_f64() {
-                Some(v) if (0.0..=1.0).contains(&v) => v >= 0.5,
-                _ => return LabelOutcome::Invalid,
-            },
-            _ => return LabelOutcome::Invalid,
-        };
-        if label.trace_id.is_empty() {
-            return LabelOutcome::Invalid;
-        }
-        let key = xxh3_64(label.trace_id.as_bytes());
+        let key = xxh3_64(trace_id.as_bytes());
         let remembered = {
             let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
             store.traces.get(&key).copied()
@@ -196,6 +294,16 @@ impl Feedback {
             (JudgeKind::Llm, r.llm, self.llm_threshold),
         ] {
             if let Some(score) = score {
+                metrics
+                    .labelled
+                    .observe(judge.name(), stratum, faithful, score);
+                self.store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .rings
+                    .entry((judge, r.stratum))
+                    .or_insert_with(ScoreRing::new)
+                    .add(now_ms / self.slot_ms, faithful, score);
                 let agree = (score >= threshold) == faithful;
                 metrics
                     .label_agreement
@@ -222,9 +330,57 @@ mod tests {
                 max_traces: max,
                 ttl_secs: 60,
                 llm_faithful_threshold: 1.0,
+                auroc_window_secs: 60,
+                ..LabelsConfig::default()
             },
             0.5,
         )
+    }
+
+    #[test]
+    fn windowed_auroc_from_bucketed_label_counts() {
+        let names = vec!["head".to_string()];
+        let m = Metrics::new(&names, "test");
+        let f = feedback(10);
+        // Faithful 0.93 and 0.81, unfaithful 0.84 and 0.12: 0.81 and 0.84 share the bucket
+        // (0.8, 0.85], a tie (1/2) where the exact AUROC counts a loss. U = 2 + 1/2 + 1 = 3.5 of
+        // 4 pairs: 0.875.
+        for (id, score) in [("a", 0.93), ("b", 0.81), ("c", 0.84), ("d", 0.12)] {
+            f.remember(id, 0, JudgeKind::Offline, Some(score), 0);
+        }
+        for (id, faithful) in [("a", true), ("b", true), ("c", false), ("d", false)] {
+            let line = format!("{{\"trace_id\": \"{id}\", \"faithful\": {faithful}}}");
+            assert_eq!(
+                f.label(line.as_bytes(), &names, &m, 1000),
+                LabelOutcome::Joined
+            );
+        }
+        let a = f.aurocs(2000);
+        assert_eq!(
+            a,
+            vec![LabelAuroc {
+                judge: JudgeKind::Offline,
+                stratum: 0,
+                faithful: 2,
+                unfaithful: 2,
+                auroc: Some(0.875),
+            }]
+        );
+        // The exported per-bucket counters hold the same counts (le of the shared bucket: 0.85).
+        let bucket = |human: &str, le: &str| {
+            m.labelled
+                .bucket
+                .with_label_values(&["offline", "head", human, le])
+                .get()
+        };
+        assert_eq!(
+            (bucket("faithful", "0.85"), bucket("unfaithful", "0.85")),
+            (1, 1)
+        );
+        assert_eq!(bucket("unfaithful", "0.15"), 1);
+        // Labels older than the window (60 s here) no longer count.
+        let later = f.aurocs(61_500);
+        assert_eq!((later[0].faithful, later[0].auroc), (0, None));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod evaluator;
 mod feedback;
 
 pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
-pub use feedback::{Feedback, LabelOutcome};
+pub use feedback::{Feedback, LabelAuroc, LabelOutcome, parse_label};
 
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +68,18 @@ impl Shared {
                     .labels_received
                     .with_label_values(&[outcome.as_str()]);
             }
+            // Every bucket of every class from the start: the AUROC rule multiplies series
+            // matched by `le`, and a missing bucket would drop a term rather than count zero.
+            let mut judges = vec![JudgeKind::Offline];
+            if config.judge.sampled == SampledJudge::Llm {
+                judges.push(JudgeKind::Llm);
+            }
+            metrics.labelled.precreate(&judges, stratifier.names());
+            metrics.labelled.floor.set(config.labels.auroc_floor);
+            metrics
+                .labelled
+                .min_per_class
+                .set(config.labels.auroc_min_per_class as i64);
         }
         let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
         Self {
@@ -127,6 +139,24 @@ impl Shared {
             Some(f) => f.label(line, self.stratifier.names(), &self.metrics, now),
             None => LabelOutcome::Invalid,
         }
+    }
+
+    /// Joins every non-blank line of `body` as a label (a POST body or a Kafka message may hold
+    /// several); returns the count per outcome, in [`LabelOutcome::ALL`] order.
+    pub fn label_lines(&self, body: &[u8], now: u64) -> [u64; LabelOutcome::ALL.len()] {
+        let mut counts = [0u64; LabelOutcome::ALL.len()];
+        let mut count = |outcome: LabelOutcome| {
+            if let Some(i) = LabelOutcome::ALL.iter().position(|o| *o == outcome) {
+                counts[i] += 1;
+            }
+        };
+        for line in body.split(|b| *b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            count(self.label(line, now));
+        }
+        counts
     }
 
     /// Counts a verdict and adds its scores to the windows (and, for the offline judge, to the

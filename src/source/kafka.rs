@@ -57,6 +57,7 @@ use crate::events::LogLimiter;
 use crate::judge::llm::Budget;
 use crate::metrics::Metrics;
 use crate::pipeline::{Disposition, Position};
+use crate::recorder::Shared;
 
 static ERROR_LOG: LogLimiter = LogLimiter::new();
 
@@ -259,6 +260,56 @@ fn consumer_config(
     c
 }
 
+/// A subscribed consumer, the receiver of its rebalance callbacks' assignments, and the static
+/// group instance id in use (if any).
+type Subscribed = (
+    Arc<Source>,
+    mpsc::UnboundedReceiver<Assignment>,
+    Option<String>,
+);
+
+/// A consumer of `topics` in `group_id` with ragwatch's client and membership settings, subscribed,
+/// and the channel its rebalance callbacks report on. The trace source and the label source share
+/// it; each has its own group.
+fn subscribe(
+    config: &KafkaConfig,
+    group_id: &str,
+    topics: &[String],
+    env: &HashMap<String, String>,
+    metrics: &Arc<Metrics>,
+) -> Result<Subscribed, SourceError> {
+    let (assignment_tx, assignment_rx) = mpsc::unbounded_channel();
+    let context = SourceContext {
+        metrics: Arc::clone(metrics),
+        assignment_tx,
+    };
+    let instance_id = config.effective_group_instance_id(env);
+    let consumer: Arc<Source> = Arc::new(
+        consumer_config(config, instance_id.as_deref(), env)
+            .set("group.id", group_id)
+            .create_with_context(context)
+            .map_err(|e| SourceError::Kafka(e.to_string()))?,
+    );
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&names)
+        .map_err(|e| SourceError::Kafka(e.to_string()))?;
+    Ok((consumer, assignment_rx, instance_id))
+}
+
+/// The final synchronous commit of the stored offsets, on a blocking thread (it waits on the
+/// broker); "nothing to commit" is success.
+async fn commit_stored(consumer: &Arc<Source>) -> Result<(), String> {
+    let committing = Arc::clone(consumer);
+    match tokio::task::spawn_blocking(move || committing.commit_consumer_state(CommitMode::Sync))
+        .await
+    {
+        Ok(Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => Ok(()),
+        Ok(Err(e)) => Err(format!("final commit failed: {e}")),
+        Err(e) => Err(format!("final commit task failed: {e}")),
+    }
+}
+
 /// Asks the broker, on a blocking thread, how many partitions `topics` have; the answer goes to
 /// `tx`. `fetch_metadata` waits on the network, which a runtime worker must never do.
 fn count_partitions(
@@ -351,21 +402,9 @@ async fn run_kafka_source<I: Ingest>(
     budget: Option<Arc<Budget>>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
-    let (assignment_tx, mut assignment_rx) = mpsc::unbounded_channel();
-    let context = SourceContext {
-        metrics: Arc::clone(&metrics),
-        assignment_tx,
-    };
-    let instance_id = config.effective_group_instance_id(env);
-    let consumer: Arc<Source> = Arc::new(
-        consumer_config(config, instance_id.as_deref(), env)
-            .create_with_context(context)
-            .map_err(|e| SourceError::Kafka(e.to_string()))?,
-    );
-    let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
-    consumer
-        .subscribe(&topics)
-        .map_err(|e| SourceError::Kafka(e.to_string()))?;
+    let (consumer, mut assignment_rx, instance_id) =
+        subscribe(config, &config.group_id, &config.topics, env, &metrics)?;
+    let topics = &config.topics;
     metrics
         .kafka_session_timeout
         .set(config.session_timeout_ms as f64 / 1000.0);
@@ -521,20 +560,74 @@ async fn run_kafka_source<I: Ingest>(
             }
         }
     }
-    let committing = Arc::clone(&consumer);
-    let commit =
-        tokio::task::spawn_blocking(move || committing.commit_consumer_state(CommitMode::Sync))
-            .await;
-    match commit {
-        Ok(Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {
-            tracing::info!(
-                received,
-                unaccounted = tracker.pending(),
-                "offsets committed"
-            );
+    match commit_stored(&consumer).await {
+        Ok(()) => tracing::info!(
+            received,
+            unaccounted = tracker.pending(),
+            "offsets committed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "offsets not committed"),
+    }
+    close(consumer).await;
+    Ok(received)
+}
+
+/// Runs the label consumer (`labels.topic`, group `labels.group_id`) until `stop`: each message is
+/// joined as it arrives ([`Shared::label`]: a hash lookup under a lock, so the consumer never
+/// waits), and its offset stored right after, so a committed offset never covers a label that was
+/// not applied. Malformed, unknown and expired labels are counted by outcome and passed over; a
+/// rebalance needs no bookkeeping, since nothing is ever pending.
+pub async fn run_label_source(
+    config: &KafkaConfig,
+    topic: &str,
+    group_id: &str,
+    env: &HashMap<String, String>,
+    shared: Shared,
+    stop: &CancellationToken,
+) -> Result<u64, SourceError> {
+    let topics = [topic.to_owned()];
+    let (consumer, mut assignment_rx, _) =
+        subscribe(config, group_id, &topics, env, &shared.metrics)?;
+    tracing::info!(brokers = %config.brokers, topic, group = group_id, "kafka label source started");
+    let mut received = 0u64;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            // The callbacks already logged the change; there is nothing to carry over.
+            Some(_) = assignment_rx.recv() => {}
+            msg = consumer.recv() => match msg {
+                Ok(m) => {
+                    received += 1;
+                    let payload = m.payload().unwrap_or_default();
+                    let now = crate::clock::now_ms();
+                    // An empty message (a tombstone, say) is no label: counted as invalid too.
+                    if payload.iter().all(u8::is_ascii_whitespace) {
+                        shared.label(payload, now);
+                    } else {
+                        shared.label_lines(payload, now);
+                    }
+                    if let Err(e) = consumer.store_offset(m.topic(), m.partition(), m.offset()) {
+                        tracing::debug!(error = %e, "store_offset failed (partition revoked?)");
+                    }
+                }
+                Err(KafkaError::MessageConsumptionFatal(code)) => {
+                    shared.metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                    tracing::error!(error = %code, "fatal kafka error on the label consumer: labels stop");
+                    break;
+                }
+                Err(e) => {
+                    shared.metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                    if let Some(suppressed) = ERROR_LOG.allow() {
+                        tracing::warn!(error = %e, suppressed, "kafka receive error (labels)");
+                    }
+                }
+            },
         }
-        Ok(Err(e)) => tracing::warn!(error = %e, "final commit failed"),
-        Err(e) => tracing::warn!(error = %e, "final commit task failed"),
+    }
+    match commit_stored(&consumer).await {
+        Ok(()) => tracing::info!(received, "label offsets committed"),
+        Err(e) => tracing::warn!(error = %e, "label offsets not committed"),
     }
     close(consumer).await;
     Ok(received)

@@ -12,7 +12,7 @@ mod otlp;
 mod spans;
 
 pub use file::{FileSource, read_frame_bounded, read_line_bounded};
-pub use kafka::KafkaSource;
+pub use kafka::{KafkaSource, run_label_source};
 pub use offsets::OffsetTracker;
 pub use otlp::OtlpReceiver;
 pub use spans::SpanIngest;

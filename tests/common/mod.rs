@@ -12,7 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// A free loopback port (bound then released).
 pub fn free_port() -> u16 {
@@ -203,6 +205,39 @@ pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
     producer.flush(Duration::from_secs(30)).unwrap();
 }
 
+/// Each partition's committed offset for `group` (-1 when none) and its high watermark.
+pub fn committed_and_high(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i64, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            let c = match committed.find_partition(topic, p).unwrap().offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            };
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap();
+            (c, high)
+        })
+        .collect()
+}
+
 /// Runs `cmd` and asserts it succeeded, showing its stderr when not.
 pub fn run_ok(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap();
@@ -373,6 +408,22 @@ fn dechunk(mut body: &str) -> String {
         body = rest[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// POSTs `body` to `path`; returns the status and the response body.
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let code = raw.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, raw.split_once("\r\n\r\n").unwrap().1.to_string())
 }
 
 /// Parsed Prometheus text samples.
