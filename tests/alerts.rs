@@ -365,6 +365,44 @@ impl Data {
 /// Produces both strata at `RATE_PER_SEC` each, evenly spaced, until `stop`: each trace a random
 /// faithful answer with probability 0.9, else a random unfaithful one; 0.5 for `degrading` once
 /// `degraded` is set. Each trace id sent goes into `labels` with its answer's human label.
+/// A reviewer: every 2 s, labels one trace in four of those sent before the previous round (so
+/// ragwatch has seen them) with the answer's human label, through `POST /v1/labels`. The label
+/// agreement and AUROC panels then have data from real human labels.
+fn review(
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    sent: Arc<Mutex<HashMap<String, bool>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut seen = std::collections::HashSet::new();
+        let mut due: Vec<(String, bool)> = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_secs(2));
+            let body: String = due
+                .drain(..)
+                .map(|(id, faithful)| {
+                    format!(
+                        "{{\"trace_id\":\"{id}\",\"faithful\":{faithful},\"source\":\"review\"}}\n"
+                    )
+                })
+                .collect();
+            if !body.is_empty() {
+                let _ = std::panic::catch_unwind(|| http_post(addr, "/v1/labels", &body));
+            }
+            for (id, faithful) in sent.lock().unwrap().iter() {
+                let every_fourth = id
+                    .rsplit('-')
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|n| n % 4 == 0);
+                if every_fourth && seen.insert(id.clone()) {
+                    due.push((id.clone(), *faithful));
+                }
+            }
+        }
+    })
+}
+
 fn stream(
     data: Data,
     brokers: String,
@@ -557,6 +595,8 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
             per_minute("tokens_per_minute").to_string(),
         ),
         ("RAGWATCH_LLM_API_KEY", "sk-test".to_owned()),
+        // A reviewer posts human labels (below), as a team's review tool would.
+        ("RAGWATCH__LABELS__ENABLED", "true".to_owned()),
     ]);
     let rw = Ragwatch::start(&shipped, &env);
 
@@ -573,6 +613,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         Arc::clone(&sent),
         Arc::clone(&sent_labels),
     );
+    let reviewer = review(rw.addr, Arc::clone(&stop), Arc::clone(&sent_labels));
     // Both strata arrive and the stand-in judges them, before anything watches.
     wait_for(
         "ragwatch to receive both strata and judge a sample",
@@ -870,6 +911,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
 
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
+    reviewer.join().unwrap();
 
     // The page: critical, to the pager, with what a responder needs.
     let name = page.labels["alertname"].as_str().unwrap();
