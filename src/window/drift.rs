@@ -77,9 +77,9 @@ pub struct Shift {
 }
 
 impl Shift {
-    /// Compares `short` with `baseline` minus `short`; `None` without spread on either side.
-    pub fn between(short: &Moments, baseline: &Moments) -> Option<Shift> {
-        let rest = baseline.minus(short);
+    /// Compares `short` with `rest`, the baseline without `short`; `None` without spread on
+    /// either side.
+    pub fn between(short: &Moments, rest: &Moments) -> Option<Shift> {
         let (ms, vs) = (short.mean()?, short.variance()?);
         let (mr, vr) = (rest.mean()?, rest.variance()?);
         let se = (vs / short.count as f64 + vr / rest.count as f64).sqrt();
@@ -128,7 +128,7 @@ impl DriftState {
             _ => None,
         };
         let dropped = enough && matches!((short.mean, drop_threshold), (Some(m), Some(t)) if m < t);
-        let shift = Shift::between(&short.moments, &baseline.moments);
+        let shift = Shift::between(&short.moments, &rest);
         let shifted =
             matches!((rule.shift, shift), (Some(r), Some(s)) if s.fires(&r, rule.min_samples));
         DriftState {
