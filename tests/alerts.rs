@@ -4,9 +4,9 @@
 //! the repository) stream to a tansu topic in two strata at 20 traces/s each, both 90 % faithful;
 //! then the `degrading` stratum drops to 50 %. ragwatch runs the shipped `config/llm.toml` with only
 //! what a test must change (Kafka source, windows shortened as the rules are, the judge's base_url,
-//! the two strata declared, the per-minute budget scaled with the windows); the LLM judge is a
-//! stand-in HTTP server whose verdicts follow the human labels with noise
-//! (`tests/common/label_judge.rs`). Debian's Prometheus scrapes every second and evaluates the
+//! the two strata declared, half the traces sampled with the budget raised to fit: see
+//! `SAMPLE_RATE`); the LLM judge is a stand-in HTTP server whose verdicts follow the human labels
+//! with noise (`tests/common/label_judge.rs`). Debian's Prometheus scrapes every second and evaluates the
 //! shipped `deploy/prometheus/rules.yaml` with its ranges shortened; Debian's Alertmanager runs the
 //! shipped `deploy/alertmanager/alertmanager.yml` with its receivers pointed at a webhook in this
 //! test.
@@ -54,9 +54,16 @@ const RANGES: [(&str, &str); 5] = [
 /// is shortened less than the rest (24h is 288 short windows; here 15): a baseline only a few short
 /// windows long is contaminated by a drop within a minute and no longer measures the drop.
 const WINDOWS: [u64; 3] = [20, 40, 300];
-/// The shipped short window (5 minutes) over the test's: how much faster the test's clock runs for
-/// everything counted per window.
-const TIME_SCALE: u64 = 300 / WINDOWS[0];
+/// The share of traces the LLM judge sees (shipped: 5 %, at least 20 a window). The shipped
+/// budget gives a 5-minute window about 60 verdicts per stratum; shortened to 20 s, a window at the
+/// shipped rate holds about 45, and the drop rule (the 5-minute mean more than max_drop below the
+/// baseline, beyond z standard errors of both windows) catches the 90 % -> 50 % drop in a given
+/// window about 80 % of the time: over a real 5-minute `for` that is a page within 15 minutes (see
+/// `benches/page_power.py` and the README), but the test's 2 minutes hold only six windows, the
+/// first of them judged against a baseline of one minute. Half the traces go to the judge instead
+/// (about 200 verdicts a window): this test checks the chain from verdicts to a page; the rule's
+/// power at the shipped budget is measured by the simulation.
+const SAMPLE_RATE: f64 = 0.5;
 /// Traces per second per stratum.
 const RATE_PER_SEC: u64 = 20;
 /// Healthy traffic before the drop, from Prometheus's start: the drop rule's baseline holds over
@@ -570,8 +577,6 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
 
     // ragwatch: the shipped LLM config, with what a test must change.
     let shipped: PathBuf = repo().join("config/llm.toml");
-    let doc: toml::Table = toml::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
-    let per_minute = |key: &str| doc["budget"][key].as_integer().unwrap() as u64 * TIME_SCALE;
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
     env.extend([
         ("RAGWATCH__STRATA__DECLARED", "stable,degrading".to_owned()),
@@ -584,16 +589,12 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         ("RAGWATCH__WINDOWS__SHORT_SECS", WINDOWS[0].to_string()),
         ("RAGWATCH__WINDOWS__BASELINE_SECS", WINDOWS[2].to_string()),
         ("RAGWATCH__LLM__BASE_URL", judge.base_url()),
-        // Budgets per minute run TIME_SCALE times faster with the windows, so that a short window
-        // holds as many LLM verdicts as the shipped one does under the shipped budget.
-        (
-            "RAGWATCH__BUDGET__REQUESTS_PER_MINUTE",
-            per_minute("requests_per_minute").to_string(),
-        ),
-        (
-            "RAGWATCH__BUDGET__TOKENS_PER_MINUTE",
-            per_minute("tokens_per_minute").to_string(),
-        ),
+        // The sample: see SAMPLE_RATE. The budget is raised to fit it (about 2.5 requests and
+        // 2,500 tokens a trace), so that nothing is skipped for budget.
+        ("RAGWATCH__SAMPLE__DEFAULT_RATE", SAMPLE_RATE.to_string()),
+        ("RAGWATCH__BUDGET__REQUESTS_PER_MINUTE", "12000".to_owned()),
+        ("RAGWATCH__BUDGET__TOKENS_PER_MINUTE", "20000000".to_owned()),
+        ("RAGWATCH__BUDGET__TOKENS_PER_DAY", "1000000000".to_owned()),
         ("RAGWATCH_LLM_API_KEY", "sk-test".to_owned()),
         // A reviewer posts human labels (below), as a team's review tool would.
         ("RAGWATCH__LABELS__ENABLED", "true".to_owned()),
