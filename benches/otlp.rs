@@ -20,13 +20,14 @@ use std::collections::HashMap;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value as V};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value::Value as V};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use ragwatch::config::{Config, TraceFormat};
 use ragwatch::pipeline::{Pipeline, Position, Shared};
 use ragwatch::source::{Ingest, SpanIngest};
+use ragwatch::trace::otlp::build::{self, attr as kv, str_attr as s};
 use ragwatch::trace::otlp::{Assembler, decode_request};
 
 /// The calling thread's CPU time in nanoseconds.
@@ -64,35 +65,16 @@ impl Measurement for ThreadCpu {
     }
 }
 
-fn kv(key: &str, v: V) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
-
-fn s(key: &str, v: &str) -> KeyValue {
-    kv(key, V::StringValue(v.into()))
-}
-
 fn trace_spans(t: u64) -> Vec<Span> {
     let mut trace_id = vec![0x5b; 8];
     trace_id.extend_from_slice(&t.to_be_bytes());
+    let parent_id = |parent: u64| if parent == 0 { 0 } else { t << 8 | parent };
     let span = |id: u64, parent: u64, name: &str, attributes: Vec<KeyValue>| Span {
-        trace_id: trace_id.clone(),
-        span_id: (t << 8 | id).to_be_bytes().to_vec(),
-        parent_span_id: if parent == 0 {
-            Vec::new()
-        } else {
-            (t << 8 | parent).to_be_bytes().to_vec()
-        },
         name: name.into(),
         kind: 1,
         start_time_unix_nano: 1_764_410_400_000_000_000 + id,
         end_time_unix_nano: 1_764_410_401_000_000_000 - id,
-        attributes,
-        ..Default::default()
+        ..build::span(&trace_id, t << 8 | id, parent_id(parent), attributes)
     };
     let product = ["Aurora router", "Beacon camera", "Cinder kettle"][(t % 3) as usize];
     let q = format!("How long is the warranty on the {product}?");

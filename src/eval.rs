@@ -89,6 +89,14 @@ impl Confusion {
         }
     }
 
+    /// Adds another set of counts (pooling strata).
+    pub fn merge(&mut self, o: &Confusion) {
+        self.true_positive += o.true_positive;
+        self.false_positive += o.false_positive;
+        self.false_negative += o.false_negative;
+        self.true_negative += o.true_negative;
+    }
+
     /// Of the flagged answers, the share that were unfaithful.
     pub fn precision(&self) -> Option<f64> {
         let flagged = self.true_positive + self.false_positive;

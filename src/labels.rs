@@ -1,9 +1,12 @@
 //! Labels: the bounded sets every metric, config key and rule is keyed by. The bottom layer: it
 //! imports nothing from the crate, and everything above names metrics and judges through it.
 //!
-//! Adding a judge metric means adding a variant to [`Metric`] (and teaching the judges to score it);
-//! config keys, window rings, gauges and the combined estimate follow from [`Metric::ALL`].
+//! Adding a judge metric means adding a variant to [`Metric`] and its row in [`Metric::spec`] (and
+//! teaching the judges to score it); config keys and built-in rules, window rings, the score
+//! histogram and its exemplars, gauges, the combined estimate, verdict records and replay's summary
+//! follow from [`Metric::ALL`] and [`PerMetric`].
 
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 
 /// A scored quality metric.
@@ -18,26 +21,122 @@ pub enum Metric {
     ContextRelevance,
 }
 
+/// What the rest of ragwatch knows about a metric, declared once per metric.
+#[derive(Debug)]
+pub struct MetricSpec {
+    /// The label value and config key.
+    pub name: &'static str,
+    /// The score histogram's family name.
+    pub histogram: &'static str,
+    /// The score histogram's help text.
+    pub help: &'static str,
+    /// The built-in floor of the combined estimate (on the LLM judge's scale).
+    pub floor: f64,
+    /// The built-in largest drop of the combined estimate below its baseline.
+    pub max_drop: f64,
+}
+
 impl Metric {
-    /// Every metric, in label order.
+    /// Every metric, in label order (the order of [`Metric::spec`]'s table).
     pub const ALL: [Metric; 3] = [
         Metric::Faithfulness,
         Metric::AnswerRelevancy,
         Metric::ContextRelevance,
     ];
+    /// How many metrics there are.
+    pub const COUNT: usize = Metric::ALL.len();
+
+    /// The metric's row.
+    pub const fn spec(self) -> &'static MetricSpec {
+        const SPECS: [MetricSpec; Metric::COUNT] = [
+            MetricSpec {
+                name: "faithfulness",
+                histogram: "ragwatch_faithfulness_ratio",
+                help: "Faithfulness scores (supported claims / claims), by stratum and judge.",
+                floor: 0.7,
+                max_drop: 0.05,
+            },
+            MetricSpec {
+                name: "answer_relevancy",
+                histogram: "ragwatch_answer_relevancy_ratio",
+                help: "Answer relevancy scores, by stratum and judge.",
+                floor: 0.6,
+                max_drop: 0.1,
+            },
+            MetricSpec {
+                name: "context_relevance",
+                histogram: "ragwatch_context_relevance_ratio",
+                help: "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
+                floor: 0.3,
+                max_drop: 0.15,
+            },
+        ];
+        &SPECS[self.index()]
+    }
+
+    /// The position in [`Metric::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 
     /// The label value and config key.
     pub fn name(self) -> &'static str {
-        match self {
-            Metric::Faithfulness => "faithfulness",
-            Metric::AnswerRelevancy => "answer_relevancy",
-            Metric::ContextRelevance => "context_relevance",
-        }
+        self.spec().name
     }
 
     /// Parses a label value.
     pub fn from_name(s: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// One value per metric, indexed by [`Metric`]; serialized as a map from metric name to value.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PerMetric<T>([T; Metric::COUNT]);
+
+impl<T> PerMetric<T> {
+    /// Builds each metric's value with `f`.
+    pub fn from_fn(mut f: impl FnMut(Metric) -> T) -> Self {
+        PerMetric(Metric::ALL.map(&mut f))
+    }
+
+    /// Every metric with its value, in label order.
+    pub fn iter(&self) -> impl Iterator<Item = (Metric, &T)> {
+        Metric::ALL.into_iter().zip(self.0.iter())
+    }
+
+    /// Every metric with its value, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Metric, &mut T)> {
+        Metric::ALL.into_iter().zip(self.0.iter_mut())
+    }
+
+    /// Sets `metric`'s value, for building.
+    pub fn with(mut self, metric: Metric, value: T) -> Self {
+        self[metric] = value;
+        self
+    }
+}
+
+impl<T> std::ops::Index<Metric> for PerMetric<T> {
+    type Output = T;
+    fn index(&self, m: Metric) -> &T {
+        &self.0[m.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Metric> for PerMetric<T> {
+    fn index_mut(&mut self, m: Metric) -> &mut T {
+        &mut self.0[m.index()]
+    }
+}
+
+impl<T: Serialize> Serialize for PerMetric<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(Metric::COUNT))?;
+        for (m, v) in self.iter() {
+            map.serialize_entry(m.name(), v)?;
+        }
+        map.end()
     }
 }
 
@@ -170,5 +269,28 @@ impl JudgeOutcome {
             JudgeOutcome::HttpError => "http_error",
             JudgeOutcome::BudgetExhausted => "budget_exhausted",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_listed_in_declaration_order_and_their_names_round_trip() {
+        for (i, m) in Metric::ALL.into_iter().enumerate() {
+            assert_eq!(m.index(), i);
+            assert_eq!(Metric::from_name(m.name()), Some(m));
+            assert_eq!(m.spec().histogram, format!("ragwatch_{}_ratio", m.name()));
+        }
+    }
+
+    #[test]
+    fn per_metric_values_serialize_as_a_map_by_metric_name() {
+        let v = PerMetric::<Option<f64>>::default().with(Metric::AnswerRelevancy, Some(0.5));
+        assert_eq!(
+            serde_json::to_value(v).unwrap(),
+            serde_json::json!({"faithfulness": null, "answer_relevancy": 0.5, "context_relevance": null})
+        );
     }
 }

@@ -34,8 +34,12 @@
 //! config                               TOML, overrides, validate()
 //! labels, clock                        metric/judge/stratum labels; the wall clock
 //! ```
-//! A new judge metric: a variant of [`labels::Metric`], the judges that score it, and the docs; its
-//! config keys, rings, gauges, estimate and rules follow from `Metric::ALL`.
+//! A new judge metric: a variant of [`labels::Metric`] with its row in `Metric::spec` (histogram
+//! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
+//! rings, histogram, gauges, estimate, verdict records, replay summary and the generic recording
+//! rules follow from `Metric::ALL` (`tests/layering.rs` fails if other code names a metric). A new
+//! source kind: a `source::Source` implementation in its own file, a `SourceKind` variant with its
+//! config section, and one arm in `app.rs`.
 //!
 //! # Modules
 //! - [`labels`]: the bounded label sets (metric, judge, stratum ids).

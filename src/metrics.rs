@@ -21,7 +21,7 @@ use prometheus::{
 
 use crate::config::StructuredOutput;
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
-use crate::labels::{JudgeKind, JudgeOutcome, Metric, SkipReason};
+use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 use exemplars::Exemplars;
@@ -47,10 +47,8 @@ const JUDGE_DURATION_BUCKETS: [f64; 12] = [
     0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// The histograms whose observations carry their trace id as an exemplar.
-const FAITHFULNESS: &str = "ragwatch_faithfulness_ratio";
-const ANSWER_RELEVANCY: &str = "ragwatch_answer_relevancy_ratio";
-const CONTEXT_RELEVANCE: &str = "ragwatch_context_relevance_ratio";
+/// The histograms whose observations carry their trace id as an exemplar: the score histograms
+/// (named by [`Metric::spec`]) and this one.
 const JUDGE_DURATION: &str = "ragwatch_judge_duration_seconds";
 
 /// All metric families of one process.
@@ -68,10 +66,8 @@ pub struct Metrics {
     pub traces_skipped: IntCounterVec,
     /// Verdicts produced, by stratum and judge.
     pub traces_judged: IntCounterVec,
-    /// Faithfulness scores, by stratum and judge.
-    pub faithfulness: HistogramVec,
-    /// Answer relevancy scores, by stratum and judge.
-    pub answer_relevancy: HistogramVec,
+    /// Each metric's scores, by stratum and judge (`ragwatch_<metric>_ratio`).
+    pub scores: PerMetric<HistogramVec>,
     /// Answers with no claims to check (no faithfulness score), by stratum and judge.
     pub no_claims: IntCounterVec,
     /// Answers that decline to answer, by stratum and judge.
@@ -82,8 +78,6 @@ pub struct Metrics {
     pub retrieval_score: HistogramVec,
     /// Contexts retrieved per trace, by stratum.
     pub contexts_retrieved: HistogramVec,
-    /// Rank-weighted relevance of the retrieved contexts to the question, by stratum and judge.
-    pub context_relevance: HistogramVec,
     /// Window mean, by metric, stratum, judge and window.
     pub window_mean: GaugeVec,
     /// Scores in the window.
@@ -297,8 +291,8 @@ impl Metrics {
             "Trace ids not kept as exemplars, by reason (too_long: over OpenMetrics's 128-character label set; empty).",
             &["reason"],
         ));
-        for name in [FAITHFULNESS, ANSWER_RELEVANCY, CONTEXT_RELEVANCE] {
-            exemplars.family(name, &["stratum", "judge"], &RATIO_BUCKETS);
+        for m in Metric::ALL {
+            exemplars.family(m.spec().histogram, &["stratum", "judge"], &RATIO_BUCKETS);
         }
         exemplars.family(JUDGE_DURATION, &["judge"], &JUDGE_DURATION_BUCKETS);
         let m = Metrics {
@@ -332,20 +326,15 @@ impl Metrics {
                 "Verdicts produced, by stratum and judge.",
                 &["stratum", "judge"],
             ),
-            faithfulness: histogram(
-                &r,
-                FAITHFULNESS,
-                "Faithfulness scores (supported claims / claims), by stratum and judge.",
-                &["stratum", "judge"],
-                RATIO_BUCKETS.to_vec(),
-            ),
-            answer_relevancy: histogram(
-                &r,
-                ANSWER_RELEVANCY,
-                "Answer relevancy scores, by stratum and judge.",
-                &["stratum", "judge"],
-                RATIO_BUCKETS.to_vec(),
-            ),
+            scores: PerMetric::from_fn(|m| {
+                histogram(
+                    &r,
+                    m.spec().histogram,
+                    m.spec().help,
+                    &["stratum", "judge"],
+                    RATIO_BUCKETS.to_vec(),
+                )
+            }),
             no_claims: counter(
                 &r,
                 "ragwatch_no_claims_total",
@@ -377,13 +366,6 @@ impl Metrics {
                 "Contexts retrieved per trace, by stratum.",
                 &["stratum"],
                 vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 10.0, 20.0, 50.0],
-            ),
-            context_relevance: histogram(
-                &r,
-                CONTEXT_RELEVANCE,
-                "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
-                &["stratum", "judge"],
-                RATIO_BUCKETS.to_vec(),
             ),
             window_mean: gauge(
                 &r,
@@ -731,9 +713,9 @@ impl Metrics {
             }
             for j in JudgeKind::ALL {
                 m.traces_judged.with_label_values(&[s, j.name()]);
-                m.faithfulness.with_label_values(&[s, j.name()]);
-                m.answer_relevancy.with_label_values(&[s, j.name()]);
-                m.context_relevance.with_label_values(&[s, j.name()]);
+                for (_, h) in m.scores.iter() {
+                    h.with_label_values(&[s, j.name()]);
+                }
                 for stage in crate::window::STAGES {
                     m.diagnosis.with_label_values(&[s, j.name(), stage]);
                 }
@@ -784,13 +766,9 @@ impl Metrics {
         trace_id: &str,
         now_ms: u64,
     ) {
-        let (h, name) = match metric {
-            Metric::Faithfulness => (&self.faithfulness, FAITHFULNESS),
-            Metric::AnswerRelevancy => (&self.answer_relevancy, ANSWER_RELEVANCY),
-            Metric::ContextRelevance => (&self.context_relevance, CONTEXT_RELEVANCE),
-        };
-        h.with_label_values(&labels).observe(v);
-        self.exemplars.record(name, &labels, v, trace_id, now_ms);
+        self.scores[metric].with_label_values(&labels).observe(v);
+        self.exemplars
+            .record(metric.spec().histogram, &labels, v, trace_id, now_ms);
     }
 
     /// Observes one judge call's latency with the judged trace as the bucket's exemplar.

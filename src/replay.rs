@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::Verdict;
 use crate::judge::llm::LlmJudge;
+use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
 use crate::source::read_line_bounded;
 
@@ -30,12 +31,9 @@ pub struct VerdictRecord<'a> {
     pub trace_id: Option<&'a str>,
     /// The stratum (absent when rejected).
     pub stratum: Option<&'a str>,
-    /// Faithfulness score.
-    pub faithfulness: Option<f64>,
-    /// Answer relevancy score.
-    pub answer_relevancy: Option<f64>,
-    /// Context relevance (context precision without reference) score.
-    pub context_relevance: Option<f64>,
+    /// Each metric's score, one key per metric.
+    #[serde(flatten)]
+    pub scores: PerMetric<Option<f64>>,
     /// The judge.
     pub judge: &'static str,
     /// `judged`, `no_claims` or `rejected`.
@@ -63,16 +61,8 @@ pub struct StratumSummary {
     pub no_claims: u64,
     /// Refusals.
     pub refusals: u64,
-    /// Sum of faithfulness scores.
-    pub faithfulness_sum: f64,
-    /// Sum of relevancy scores.
-    pub relevancy_sum: f64,
-    /// Traces with a relevancy score.
-    pub relevancy_n: u64,
-    /// Sum of context relevance scores.
-    pub context_relevance_sum: f64,
-    /// Traces with a context relevance score.
-    pub context_relevance_n: u64,
+    /// Per metric, the sum of the scores and how many traces had one.
+    pub score_sums: PerMetric<(f64, u64)>,
     /// Labelled scores for AUROC.
     #[serde(skip)]
     pub labelled: Vec<(f64, bool)>,
@@ -100,18 +90,9 @@ impl StratumSummary {
             }
         };
         put("traces".into(), Some(self.traces as f64));
-        put(
-            "faithfulness".into(),
-            mean(self.faithfulness_sum, self.scored),
-        );
-        put(
-            "answer_relevancy".into(),
-            mean(self.relevancy_sum, self.relevancy_n),
-        );
-        put(
-            "context_relevance".into(),
-            mean(self.context_relevance_sum, self.context_relevance_n),
-        );
+        for (m, &(sum, n)) in self.score_sums.iter() {
+            put(m.name().into(), mean(sum, n));
+        }
         put(
             "refusal_ratio".into(),
             mean(self.refusals as f64, self.traces),
@@ -147,12 +128,12 @@ impl StratumSummary {
         self.skipped += o.skipped;
         self.no_claims += o.no_claims;
         self.refusals += o.refusals;
-        self.faithfulness_sum += o.faithfulness_sum;
-        self.relevancy_sum += o.relevancy_sum;
-        self.relevancy_n += o.relevancy_n;
-        self.context_relevance_sum += o.context_relevance_sum;
-        self.context_relevance_n += o.context_relevance_n;
+        for (m, (sum, n)) in self.score_sums.iter_mut() {
+            *sum += o.score_sums[m].0;
+            *n += o.score_sums[m].1;
+        }
         self.labelled.extend_from_slice(&o.labelled);
+        self.confusion.merge(&o.confusion);
         self.agree += o.agree;
         self.retrieval.extend(o.retrieval.iter().cloned());
         self.tokens.extend_from_slice(&o.tokens);
@@ -435,7 +416,7 @@ async fn judge_in_order(
                     let mut reversed = t.clone();
                     reversed.contexts.reverse();
                     let v = judge.judge_paced(&reversed).await;
-                    extra.reversed = Some(v.ok().and_then(|v| v.faithfulness));
+                    extra.reversed = Some(v.ok().and_then(|v| v.faithfulness()));
                 }
             }
             (seq, eval, extra, line, permit)
@@ -470,9 +451,7 @@ fn write_record(
             VerdictRecord {
                 trace_id: None,
                 stratum: None,
-                faithfulness: None,
-                answer_relevancy: None,
-                context_relevance: None,
+                scores: PerMetric::default(),
                 judge: "offline",
                 status: "rejected",
                 reason: Some(e.reason.as_str()),
@@ -490,9 +469,7 @@ fn write_record(
             VerdictRecord {
                 trace_id: Some(&trace.trace_id),
                 stratum: Some(stratum),
-                faithfulness: None,
-                answer_relevancy: None,
-                context_relevance: None,
+                scores: PerMetric::default(),
                 judge: "llm",
                 status: "skipped",
                 reason: eval.skipped,
@@ -524,13 +501,11 @@ fn write_record(
                 s.tokens.push(p + c);
             }
             s.refusals += u64::from(verdict.refusal);
-            if let Some(r) = verdict.answer_relevancy {
-                s.relevancy_sum += r;
-                s.relevancy_n += 1;
-            }
-            if let Some(r) = verdict.context_relevance {
-                s.context_relevance_sum += r;
-                s.context_relevance_n += 1;
+            for (m, (sum, n)) in s.score_sums.iter_mut() {
+                if let Some(v) = verdict.score(m) {
+                    *sum += v;
+                    *n += 1;
+                }
             }
             let file_label = judged
                 .labels
@@ -544,10 +519,9 @@ fn write_record(
                 .strata
                 .get_mut(stratum)
                 .expect("entered above for this trace");
-            match verdict.faithfulness {
+            match verdict.faithfulness() {
                 Some(f) => {
                     s.scored += 1;
-                    s.faithfulness_sum += f;
                     if let Some(label) = file_label.or(trace.label_faithful) {
                         s.labelled.push((f, label));
                         s.confusion.add(f, label, threshold);
@@ -570,11 +544,9 @@ fn write_record(
             VerdictRecord {
                 trace_id: Some(&trace.trace_id),
                 stratum: Some(stratum),
-                faithfulness: verdict.faithfulness,
-                answer_relevancy: verdict.answer_relevancy,
-                context_relevance: verdict.context_relevance,
+                scores: verdict.scores,
                 judge: verdict.judge.name(),
-                status: if verdict.faithfulness.is_some() {
+                status: if verdict.faithfulness().is_some() {
                     "judged"
                 } else {
                     "no_claims"
@@ -605,7 +577,9 @@ impl Summary {
         let (Some(faithful), Some(v)) = (trace.label_faithful, verdict) else {
             return;
         };
-        let Some(score) = v.faithfulness else { return };
+        let Some(score) = v.faithfulness() else {
+            return;
+        };
         self.audit
             .entry(v.judge.name())
             .or_default()
@@ -655,39 +629,55 @@ impl Summary {
     /// The summary as a text table.
     pub fn table(&self) -> String {
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
-        let mut t = format!(
-            "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>7} {:>9} {:>7}\n",
+        // One column per metric, headed by its name.
+        let row = |cells: &[String]| {
+            let (counts, rest) = cells.split_at(6);
+            let mut line = format!(
+                "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8}",
+                counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]
+            );
+            for (i, cell) in rest.iter().enumerate() {
+                let width = Metric::ALL.get(i).map_or(9, |m| m.name().len());
+                line.push_str(&format!(" {cell:>width$}"));
+            }
+            line.push('\n');
+            line
+        };
+        let header: Vec<String> = [
             "stratum",
             "traces",
             "scored",
             "skipped",
             "no_claims",
             "refusals",
-            "faithful",
-            "relevancy",
-            "ctx_rel",
-            "auroc",
-            "precision",
-            "recall"
-        );
+        ]
+        .into_iter()
+        .chain(Metric::ALL.map(Metric::name))
+        .chain(["auroc", "precision", "recall"])
+        .map(str::to_owned)
+        .collect();
+        let mut t = row(&header);
         for (name, s) in &self.strata {
             let (scores, labels): (Vec<f64>, Vec<bool>) = s.labelled.iter().copied().unzip();
-            t.push_str(&format!(
-                "{:<16} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>7} {:>7} {:>9} {:>7}\n",
-                name,
-                s.traces,
-                s.scored,
-                s.skipped,
-                s.no_claims,
-                s.refusals,
-                fmt((s.scored > 0).then(|| s.faithfulness_sum / s.scored as f64)),
-                fmt((s.relevancy_n > 0).then(|| s.relevancy_sum / s.relevancy_n as f64)),
-                fmt((s.context_relevance_n > 0)
-                    .then(|| s.context_relevance_sum / s.context_relevance_n as f64)),
+            let mut cells = vec![
+                name.clone(),
+                s.traces.to_string(),
+                s.scored.to_string(),
+                s.skipped.to_string(),
+                s.no_claims.to_string(),
+                s.refusals.to_string(),
+            ];
+            cells.extend(
+                s.score_sums
+                    .iter()
+                    .map(|(_, &(sum, n))| fmt((n > 0).then(|| sum / n as f64))),
+            );
+            cells.extend([
                 fmt(auroc(&scores, &labels)),
                 fmt(s.confusion.precision()),
                 fmt(s.confusion.recall()),
-            ));
+            ]);
+            t.push_str(&row(&cells));
             if !s.labelled.is_empty() {
                 let c = s.confusion;
                 t.push_str(&format!(

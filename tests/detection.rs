@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use ragwatch::config::Config;
-use ragwatch::judge::{Citations, JudgeKind, Metric, Verdict};
+use ragwatch::judge::{Citations, JudgeKind, Metric, PerMetric, Verdict};
 use ragwatch::pipeline::{JudgeJob, Pipeline};
 use ragwatch::recorder::{Shared, evaluate_once, export_thresholds};
 use rand::rngs::StdRng;
@@ -98,12 +98,15 @@ fn llm_verdict(rng: &mut StdRng, faithful: bool) -> Verdict {
     };
     Verdict {
         judge: JudgeKind::Llm,
-        faithfulness: Some(score),
-        answer_relevancy: Some(0.8 + 0.2 * rng.random::<f64>()),
+        scores: PerMetric::default()
+            .with(Metric::Faithfulness, Some(score))
+            .with(
+                Metric::AnswerRelevancy,
+                Some(0.8 + 0.2 * rng.random::<f64>()),
+            ),
         refusal: false,
         uncertain: false,
         citations: Citations::default(),
-        context_relevance: None,
         details: Value::Null,
     }
 }
@@ -181,12 +184,12 @@ fn simulate(
         while let Ok(job) = rx.try_recv() {
             let faithful = labels[&job.trace.trace_id];
             let v = llm_verdict(&mut rng, faithful);
-            shared.record_sampled_at(
+            shared.record_sampled(
                 job.stratum,
                 &v,
                 &job.offline,
                 job.probability,
-                &job.trace.trace_id,
+                &job.trace,
                 now,
             );
             run.judged += 1;

@@ -187,3 +187,80 @@ fn the_documented_layers_are_the_checked_ones() {
         "src/lib.rs's layer table and LAYERS differ"
     );
 }
+
+/// The variants of `labels::Metric` with their label names, read from `src/labels.rs`.
+fn metrics() -> Vec<(String, String)> {
+    let labels =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/labels.rs"))
+            .unwrap();
+    let body = labels
+        .split("pub enum Metric {")
+        .nth(1)
+        .unwrap()
+        .split('}')
+        .next()
+        .unwrap();
+    let variants: Vec<String> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//") && !l.is_empty())
+        .map(|l| l.trim_end_matches(',').to_owned())
+        .collect();
+    variants
+        .into_iter()
+        .map(|v| {
+            // CamelCase -> snake_case, as `#[serde(rename_all = "snake_case")]` names it.
+            let mut name = String::new();
+            for (i, c) in v.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    name.push('_');
+                }
+                name.push(c.to_ascii_lowercase());
+            }
+            (v, name)
+        })
+        .collect()
+}
+
+/// Adding a judge metric touches `labels.rs` (the variant and its row), the judges that score it
+/// and the docs: no other module's code names a particular metric, except the diagnosis, whose
+/// rule is about particular metrics by design (a new metric need not join it).
+#[test]
+fn only_the_labels_and_the_judges_name_a_particular_metric() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let metrics = metrics();
+    assert!(metrics.len() >= 3, "{metrics:?}");
+    let allowed =
+        |rel: &str| rel == "labels.rs" || rel.starts_with("judge/") || rel == "window/diagnosis.rs";
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if allowed(&rel) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (variant, name) in &metrics {
+            for needle in [
+                format!("Metric::{variant}"),
+                format!("\"{name}\""),
+                format!("ragwatch_{name}_ratio"),
+            ] {
+                if code.contains(&needle) {
+                    found.push(format!("{rel}: {needle}"));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "code outside labels.rs and the judges names a metric:\n{}",
+        found.join("\n")
+    );
+}

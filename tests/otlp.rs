@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use common::openai::FakeOpenAi;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value as V};
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+use ragwatch::trace::otlp::build::{self, request, str_attr as kv};
 use rand::RngExt;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -313,16 +313,6 @@ fn gen_ai_spans_score_as_native_traces_and_otlp_json_reads() {
     same_scores_three_ways("gen_ai", true);
 }
 
-fn kv(key: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(V::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
-
 fn id16(trace: u64) -> Vec<u8> {
     let mut v = vec![0xab; 8];
     v.extend_from_slice(&trace.to_be_bytes());
@@ -332,18 +322,10 @@ fn id16(trace: u64) -> Vec<u8> {
 /// An OpenInference RAG trace of three spans: retriever, model call, chain root (in end order).
 fn rag_spans(trace: u64) -> Vec<Span> {
     let span = |id: u64, parent: u64, attributes: Vec<KeyValue>| Span {
-        trace_id: id16(trace),
-        span_id: id.to_be_bytes().to_vec(),
-        parent_span_id: if parent == 0 {
-            Vec::new()
-        } else {
-            parent.to_be_bytes().to_vec()
-        },
         name: "s".into(),
         start_time_unix_nano: 1_764_410_400_000_000_000 + id,
         end_time_unix_nano: 1_764_410_401_000_000_000 - id,
-        attributes,
-        ..Default::default()
+        ..build::span(&id16(trace), id, parent, attributes)
     };
     let k = trace % 7;
     vec![
@@ -391,18 +373,6 @@ fn rag_spans(trace: u64) -> Vec<Span> {
             ],
         ),
     ]
-}
-
-fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
 }
 
 /// Traces `first..first + n` as protobuf messages of `per_message` spans: several traces per

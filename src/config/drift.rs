@@ -92,20 +92,13 @@ impl DriftRule {
                 min_samples: Some(20),
                 ..RuleOverride::default()
             },
-            JudgeKind::Combined => {
-                let (floor, max_drop) = match metric {
-                    Metric::Faithfulness => (0.7, 0.05),
-                    Metric::AnswerRelevancy => (0.6, 0.1),
-                    Metric::ContextRelevance => (0.3, 0.15),
-                };
-                RuleOverride {
-                    floor: Some(floor),
-                    max_drop: Some(max_drop),
-                    shift_sd: None,
-                    shift_z: None,
-                    min_samples: Some(20),
-                }
-            }
+            JudgeKind::Combined => RuleOverride {
+                floor: Some(metric.spec().floor),
+                max_drop: Some(metric.spec().max_drop),
+                shift_sd: None,
+                shift_z: None,
+                min_samples: Some(20),
+            },
         }
     }
 

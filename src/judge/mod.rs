@@ -18,25 +18,24 @@ pub use text::{HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens,
 
 use serde::Serialize;
 
-pub use crate::labels::{JudgeKind, Metric};
+pub use crate::labels::{JudgeKind, Metric, PerMetric};
 
 /// A judge's scores for one trace. Scores are finite and in [0, 1] or absent; never NaN.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
     /// The judge.
     pub judge: JudgeKind,
-    /// Faithfulness, absent when the answer makes no claims (its own outcome, never a score).
-    pub faithfulness: Option<f64>,
-    /// Answer relevancy; 0 for a refusal.
-    pub answer_relevancy: Option<f64>,
+    /// Each metric's score, absent when the judge has none: faithfulness when the answer makes no
+    /// claims (its own outcome, never a score), answer relevancy is 0 for a refusal. In a verdict
+    /// record, one key per metric.
+    #[serde(flatten)]
+    pub scores: PerMetric<Option<f64>>,
     /// The answer declines to answer.
     pub refusal: bool,
     /// The judge is unsure (its score is near its decision threshold).
     pub uncertain: bool,
     /// Citations found in the answer and how many point at a retrieved context.
     pub citations: Citations,
-    /// How relevant the retrieved contexts are to the question, rank-weighted (retrieval quality).
-    pub context_relevance: Option<f64>,
     /// Judge-specific detail for the verdict record (features, claims, raw output).
     pub details: serde_json::Value,
 }
@@ -53,11 +52,12 @@ pub struct Citations {
 impl Verdict {
     /// The score for `metric`.
     pub fn score(&self, metric: Metric) -> Option<f64> {
-        match metric {
-            Metric::Faithfulness => self.faithfulness,
-            Metric::AnswerRelevancy => self.answer_relevancy,
-            Metric::ContextRelevance => self.context_relevance,
-        }
+        self.scores[metric]
+    }
+
+    /// The faithfulness score; `None` is the no-claims outcome.
+    pub fn faithfulness(&self) -> Option<f64> {
+        self.scores[Metric::Faithfulness]
     }
 }
 
@@ -76,12 +76,10 @@ impl Verdict {
     pub fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
         Verdict {
             judge,
-            faithfulness: Some(faithfulness),
-            answer_relevancy: None,
+            scores: PerMetric::default().with(Metric::Faithfulness, Some(faithfulness)),
             refusal: false,
             uncertain: false,
             citations: Citations::default(),
-            context_relevance: None,
             details: serde_json::Value::Null,
         }
     }

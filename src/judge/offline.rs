@@ -20,7 +20,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::text::{HashSet64, Sentences, Token, Tokenizer, bigram, trigram};
-use super::{Citations, JudgeKind, Verdict, clean_score};
+use super::{Citations, JudgeKind, Metric, PerMetric, Verdict, clean_score};
 use crate::trace::Trace;
 
 /// The committed model, produced by `ragwatch train-offline`.
@@ -164,12 +164,16 @@ impl OfflineScore {
     pub fn verdict_without_details(&self) -> Verdict {
         Verdict {
             judge: JudgeKind::Offline,
-            faithfulness: self.faithfulness,
-            answer_relevancy: self.answer_relevancy,
+            scores: PerMetric::default()
+                .with(Metric::Faithfulness, self.faithfulness)
+                .with(Metric::AnswerRelevancy, self.answer_relevancy)
+                .with(
+                    Metric::ContextRelevance,
+                    self.extraction.context_relevance.and_then(clean_score),
+                ),
             refusal: self.refusal,
             uncertain: self.uncertain,
             citations: self.extraction.citations,
-            context_relevance: self.extraction.context_relevance.and_then(clean_score),
             details: serde_json::Value::Null,
         }
     }
@@ -983,9 +987,12 @@ mod tests {
             &[("d1", CTX)],
             "Norway adopted a fishing quota of 4,500 tonnes in 1987 under Olsen.",
         ));
-        let (g, b) = (good.faithfulness.unwrap(), bad.faithfulness.unwrap());
+        let (g, b) = (good.faithfulness().unwrap(), bad.faithfulness().unwrap());
         assert!(g > b + 0.2, "good {g} bad {b}");
-        assert!(good.answer_relevancy.unwrap() > bad.answer_relevancy.unwrap());
+        assert!(
+            good.score(Metric::AnswerRelevancy).unwrap()
+                > bad.score(Metric::AnswerRelevancy).unwrap()
+        );
     }
 
     #[test]
@@ -1008,14 +1015,14 @@ mod tests {
             "I'm sorry, the passages do not provide information about that.",
         ));
         assert!(v.refusal);
-        assert_eq!(v.faithfulness, None);
-        assert_eq!(v.answer_relevancy, Some(0.0));
+        assert_eq!(v.faithfulness(), None);
+        assert_eq!(v.score(Metric::AnswerRelevancy), Some(0.0));
     }
 
     #[test]
     fn empty_answer_is_no_claims_not_a_score() {
         let v = OfflineJudge::default().judge(&trace("q?", &[("d1", CTX)], "  ...  "));
-        assert_eq!(v.faithfulness, None);
+        assert_eq!(v.faithfulness(), None);
         assert!(!v.refusal);
     }
 
@@ -1057,7 +1064,7 @@ mod tests {
         assert_eq!(n, 1);
         assert_eq!(f.mean_support, 0.0);
         let v = OfflineJudge::default().judge(&trace("q", &[], "Paris is the capital of France."));
-        assert!(v.faithfulness.unwrap() < 0.5);
+        assert!(v.faithfulness().unwrap() < 0.5);
     }
 
     /// The previous citation pattern, the reference for the hand-written scanner.
@@ -1208,7 +1215,7 @@ mod model_tests {
         ];
         let got: Vec<f64> = cases
             .iter()
-            .map(|(q, a)| j.judge(&trace(q, ctx, a)).faithfulness.unwrap())
+            .map(|(q, a)| j.judge(&trace(q, ctx, a)).faithfulness().unwrap())
             .collect();
         let recorded = [0.9841736514348308, 0.9366253418069969, 0.23455436942949645];
         for (g, r) in got.iter().zip(recorded) {

@@ -210,11 +210,7 @@ impl Pipeline {
                     .observe(score);
             }
         }
-        self.shared
-            .record_at(stratum, &verdict, &trace.trace_id, now);
-        self.shared.record_audit(stratum, &trace, &verdict);
-        self.shared
-            .remember(&trace.trace_id, stratum, &verdict, now);
+        self.shared.record(stratum, &verdict, &trace, now);
         let (decision, probability) = self.sampler.decide_with_probability(
             stratum,
             &trace.trace_id,

@@ -110,10 +110,9 @@ pub async fn run_pool(
                         &v,
                         &job.offline,
                         job.probability,
-                        &job.trace.trace_id,
+                        &job.trace,
+                        crate::clock::now_ms(),
                     );
-                    shared.record_audit(job.stratum, &job.trace, &v);
-                    shared.remember(&job.trace.trace_id, job.stratum, &v, crate::clock::now_ms());
                 }
                 Err(e) => {
                     m.judge_requests

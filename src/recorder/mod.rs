@@ -14,12 +14,12 @@ pub use feedback::{Feedback, LabelAuroc, LabelOutcome, parse_label};
 
 use std::sync::{Arc, Mutex};
 
-use crate::clock::now_ms;
 use crate::config::{Config, SampledJudge};
 use crate::judge::{OfflineJudge, Verdict};
 use crate::labels::{JudgeKind, Metric, StratumId};
 use crate::metrics::Metrics;
 use crate::sample::Stratifier;
+use crate::trace::Trace;
 use crate::window::{EstimateSums, Windows};
 
 /// Shared state the pipeline writes and the evaluator and sampled judge read.
@@ -107,7 +107,7 @@ impl Shared {
     /// The live part of the judge audit, for a verdict on `trace`: each score with the answer's
     /// length into the length-correlation sums, and an LLM verdict on an answer whose generator
     /// (`metadata.model`) is of the judge's family into the self-preference count.
-    pub fn record_audit(&self, stratum: StratumId, trace: &crate::trace::Trace, verdict: &Verdict) {
+    fn record_audit(&self, stratum: StratumId, trace: &Trace, verdict: &Verdict) {
         let words = trace.answer.split_whitespace().count() as f64;
         for metric in Metric::ALL {
             if let Some(v) = verdict.score(metric) {
@@ -127,9 +127,15 @@ impl Shared {
     }
 
     /// Remembers a verdict's faithfulness under its trace id, for human labels to join later.
-    pub fn remember(&self, trace_id: &str, stratum: StratumId, verdict: &Verdict, now: u64) {
+    fn remember(&self, trace_id: &str, stratum: StratumId, verdict: &Verdict, now: u64) {
         if let Some(f) = &self.feedback {
-            f.remember(trace_id, stratum, verdict.judge, verdict.faithfulness, now);
+            f.remember(
+                trace_id,
+                stratum,
+                verdict.judge,
+                verdict.faithfulness(),
+                now,
+            );
         }
     }
 
@@ -159,14 +165,16 @@ impl Shared {
         counts
     }
 
-    /// Counts a verdict and adds its scores to the windows (and, for the offline judge, to the
-    /// combined estimate's population). Each score keeps `trace_id` as its bucket's exemplar.
-    pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str) {
-        self.record_at(stratum, verdict, trace_id, now_ms());
+    /// Everything a verdict on `trace` at time `now` feeds: the counts, the windows (and, for the
+    /// offline judge, the combined estimate's population), the live judge audit, and the memory
+    /// that human labels join. Each score keeps the trace id as its bucket's exemplar.
+    pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) {
+        self.record_scores(stratum, verdict, &trace.trace_id, now);
+        self.record_audit(stratum, trace, verdict);
+        self.remember(&trace.trace_id, stratum, verdict, now);
     }
 
-    /// [`Shared::record`] at a given time (tests and simulations drive the clock).
-    pub fn record_at(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str, now: u64) {
+    fn record_scores(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str, now: u64) {
         let m = &self.metrics;
         let s = self.stratifier.name(stratum);
         let j = verdict.judge.name();
@@ -174,7 +182,7 @@ impl Shared {
         if verdict.refusal {
             m.refusals.with_label_values(&[s, j]).inc();
         }
-        if verdict.faithfulness.is_none() {
+        if verdict.faithfulness().is_none() {
             m.no_claims.with_label_values(&[s, j]).inc();
         }
         if verdict.judge == JudgeKind::Offline && verdict.citations.total > 0 {
@@ -205,30 +213,19 @@ impl Shared {
         }
     }
 
-    /// Records a sampled judge's verdict on a trace sampled with `probability`, pairing each of its
-    /// scores with the offline judge's score of the same trace for the combined estimate.
+    /// [`Shared::record`] for a sampled judge's verdict on a trace sampled with `probability`,
+    /// pairing each of its scores with the offline judge's score of the same trace for the
+    /// combined estimate.
     pub fn record_sampled(
         &self,
         stratum: StratumId,
         verdict: &Verdict,
         offline: &Verdict,
         probability: f64,
-        trace_id: &str,
-    ) {
-        self.record_sampled_at(stratum, verdict, offline, probability, trace_id, now_ms());
-    }
-
-    /// [`Shared::record_sampled`] at a given time.
-    pub fn record_sampled_at(
-        &self,
-        stratum: StratumId,
-        verdict: &Verdict,
-        offline: &Verdict,
-        probability: f64,
-        trace_id: &str,
+        trace: &Trace,
         now: u64,
     ) {
-        self.record_at(stratum, verdict, trace_id, now);
+        self.record(stratum, verdict, trace, now);
         if !self.estimate || verdict.judge != JudgeKind::Llm {
             return;
         }

@@ -250,32 +250,17 @@ impl Ingest for SpanIngest {
 mod tests {
     use super::*;
     use crate::recorder::Shared;
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value as V};
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use crate::trace::otlp::build::{request, str_attr as s};
+    use opentelemetry_proto::tonic::trace::v1::Span;
     use tokio::sync::mpsc;
 
-    fn s(key: &str, v: &str) -> KeyValue {
-        KeyValue {
-            key: key.into(),
-            value: Some(AnyValue {
-                value: Some(V::StringValue(v.into())),
-            }),
-            ..Default::default()
-        }
-    }
-
-    fn span(trace: u8, id: u8, parent: u8, attributes: Vec<KeyValue>) -> Span {
-        Span {
-            trace_id: vec![trace; 16],
-            span_id: vec![1, 0, 0, 0, 0, 0, 0, id],
-            parent_span_id: if parent == 0 {
-                Vec::new()
-            } else {
-                vec![1, 0, 0, 0, 0, 0, 0, parent]
-            },
-            attributes,
-            ..Default::default()
-        }
+    fn span(
+        trace: u8,
+        id: u64,
+        parent: u64,
+        attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+    ) -> Span {
+        crate::trace::otlp::build::span(&[trace; 16], id, parent, attributes)
     }
 
     fn retriever(trace: u8) -> Span {
@@ -308,16 +293,7 @@ mod tests {
 
     fn bytes(spans: Vec<Span>) -> Vec<u8> {
         use prost::Message;
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+        request(spans).encode_to_vec()
     }
 
     fn pos(offset: i64) -> Option<Position> {

@@ -103,7 +103,7 @@ mod tests {
         c.put(3, verdict(0.3), t0);
         assert_eq!(c.len(), 2);
         assert!(c.get(1, t0).is_none(), "oldest evicted");
-        assert_eq!(c.get(3, t0).unwrap().faithfulness, Some(0.3));
+        assert_eq!(c.get(3, t0).unwrap().faithfulness(), Some(0.3));
         assert!(c.get(3, t0 + Duration::from_secs(11)).is_none(), "expired");
     }
 }

@@ -19,7 +19,7 @@ pub async fn agreement(judge: &LlmJudge, canaries: &[Trace], threshold: f64) -> 
         let (Some(label), Ok(v)) = (c.label_faithful, judge.judge_fresh(c, true).await) else {
             continue;
         };
-        if let Some(f) = v.faithfulness {
+        if let Some(f) = v.faithfulness() {
             scored += 1;
             agree += usize::from((f >= threshold) == label);
         }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Citations, JudgeKind, Verdict, clean_score};
+use super::{Citations, JudgeKind, Metric, PerMetric, Verdict, clean_score};
 use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::labels::JudgeOutcome;
 use crate::trace::Trace;
@@ -158,7 +158,7 @@ pub struct Judged {
 impl Judged {
     /// A verdict from the model just now.
     pub fn fresh(verdict: Verdict) -> Self {
-        let outcome = if verdict.faithfulness.is_some() {
+        let outcome = if verdict.faithfulness().is_some() {
             JudgeOutcome::Ok
         } else {
             JudgeOutcome::NoClaims
@@ -457,18 +457,19 @@ impl LlmJudge {
         let identity = self.identity();
         let mode = log.mode.map(mode_name);
         let record = |status: &str, verdict: Option<&Verdict>, error: Option<&LlmError>| {
-            json!({
+            let mut record = json!({
                 "trace_id": trace.trace_id, "status": status, "judge_model": identity,
                 "structured_output": mode,
-                "faithfulness": verdict.and_then(|v| v.faithfulness),
-                "answer_relevancy": verdict.and_then(|v| v.answer_relevancy),
-                "context_relevance": verdict.and_then(|v| v.context_relevance),
                 "details": verdict.map(|v| &v.details), "raw": log.raw, "usage": log.usage,
                 "usage_unreported_calls": log.usage_unreported,
                 "calls": log.calls, "retries": log.retries, "part_failures": log.parts,
                 "error": error.map(ToString::to_string),
                 "budget_wait_ms": log.budget_wait.as_millis() as u64, "latency_ms": latency_ms,
-            })
+            });
+            for m in Metric::ALL {
+                record[m.name()] = json!(verdict.and_then(|v| v.score(m)));
+            }
+            record
         };
         match result {
             Ok(Judgement {
@@ -488,17 +489,22 @@ impl LlmJudge {
                     clean_score(supported as f64 / claims.len() as f64)
                 };
                 let refusal = !questions.is_empty() && questions.iter().all(|q| q.noncommittal);
+                let context_relevance = contexts
+                    .as_deref()
+                    .and_then(crate::eval::context_precision)
+                    .and_then(clean_score);
                 let verdict = Verdict {
                     judge: JudgeKind::Llm,
-                    faithfulness,
-                    answer_relevancy: if refusal { Some(0.0) } else { relevancy },
+                    scores: PerMetric::default()
+                        .with(Metric::Faithfulness, faithfulness)
+                        .with(
+                            Metric::AnswerRelevancy,
+                            if refusal { Some(0.0) } else { relevancy },
+                        )
+                        .with(Metric::ContextRelevance, context_relevance),
                     refusal,
                     uncertain: false,
                     citations: Citations::default(),
-                    context_relevance: contexts
-                        .as_deref()
-                        .and_then(crate::eval::context_precision)
-                        .and_then(clean_score),
                     details: json!({
                         "contexts_relevant": contexts,
                         "judge_model": identity,

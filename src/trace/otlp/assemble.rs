@@ -595,44 +595,16 @@ fn build(
 mod tests {
     use super::*;
     use crate::config::Preset;
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Value as V};
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use crate::trace::otlp::build::{request, str_attr as s};
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    use opentelemetry_proto::tonic::trace::v1::Span;
 
-    fn s(key: &str, v: &str) -> KeyValue {
-        KeyValue {
-            key: key.into(),
-            value: Some(AnyValue {
-                value: Some(V::StringValue(v.into())),
-            }),
-            ..Default::default()
-        }
-    }
-
+    /// A span with times: started in id order, ended in reverse id order.
     fn span(trace: u8, id: u8, parent: u8, attributes: Vec<KeyValue>) -> Span {
         Span {
-            trace_id: vec![trace; 16],
-            span_id: vec![0, 0, 0, 0, 0, 0, 0, id],
-            parent_span_id: if parent == 0 {
-                Vec::new()
-            } else {
-                vec![0, 0, 0, 0, 0, 0, 0, parent]
-            },
             start_time_unix_nano: u64::from(id) * 1000,
             end_time_unix_nano: 1_700_000_000_000_000_000 - u64::from(id),
-            attributes,
-            ..Default::default()
-        }
-    }
-
-    fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
+            ..crate::trace::otlp::build::span(&[trace; 16], id.into(), parent.into(), attributes)
         }
     }
 

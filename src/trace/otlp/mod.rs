@@ -15,6 +15,7 @@
 //! only when every trace of a message is accounted for.
 
 mod assemble;
+pub mod build;
 mod decode;
 mod preset;
 

@@ -634,17 +634,7 @@ mod tests {
     use super::*;
     use opentelemetry_proto::tonic::trace::v1::span::Event;
 
-    fn kv(key: &str, value: V) -> KeyValue {
-        KeyValue {
-            key: key.into(),
-            value: Some(AnyValue { value: Some(value) }),
-            ..Default::default()
-        }
-    }
-
-    fn s(key: &str, v: &str) -> KeyValue {
-        kv(key, V::StringValue(v.into()))
-    }
+    use crate::trace::otlp::build::{attr as kv, str_attr as s};
 
     fn extractor(preset: Preset) -> Extractor {
         Extractor {
@@ -656,13 +646,7 @@ mod tests {
     }
 
     fn span(attributes: Vec<KeyValue>) -> Span {
-        Span {
-            trace_id: vec![1; 16],
-            span_id: vec![0, 0, 0, 0, 0, 0, 0, 2],
-            parent_span_id: vec![0, 0, 0, 0, 0, 0, 0, 1],
-            attributes,
-            ..Default::default()
-        }
+        crate::trace::otlp::build::span(&[1; 16], 2, 1, attributes)
     }
 
     #[test]
