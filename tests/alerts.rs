@@ -91,17 +91,26 @@ impl Drop for Killed {
     }
 }
 
-/// Starts a Debian-packaged daemon, its output in `log`, killed when dropped.
-fn daemon(program: &str, args: &[String], log: &Path) -> Killed {
-    let out = std::fs::File::create(log).unwrap();
-    Killed(
-        Command::new(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program} is installed by tests/run.sh: {e}")),
-    )
+/// Starts a Debian-packaged daemon with `args(port)` on a loopback port of its own, its output in
+/// `log`, killed when dropped; returns once its `/-/ready` answers 200.
+fn daemon(program: &str, args: impl Fn(u16) -> Vec<String>, log: &Path) -> (u16, Killed) {
+    let (port, child) = spawn_on_free_port(
+        program,
+        Duration::from_secs(30),
+        |port| {
+            let out = std::fs::File::create(log).unwrap();
+            Command::new(program)
+                .args(args(port))
+                .stdout(Stdio::null())
+                .stderr(out)
+                .spawn()
+                .unwrap_or_else(|e| panic!("{program} is installed by tests/run.sh: {e}"))
+        },
+        |port| {
+            http_get(([127, 0, 0, 1], port).into(), "/-/ready").is_some_and(|(code, _)| code == 200)
+        },
+    );
+    (port, Killed(child))
 }
 
 /// One webhook post: when it arrived, the path (the receiver), the body.
@@ -630,23 +639,23 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
     );
 
     let (hook_port, seen) = webhook();
-    let am_port = free_port();
     std::fs::write(dir.path().join("am.yml"), alertmanager_config(hook_port)).unwrap();
-    let _am = daemon(
+    let (am_port, _am) = daemon(
         "prometheus-alertmanager",
-        &[
-            format!("--config.file={}", dir.path().join("am.yml").display()),
-            format!("--storage.path={}", dir.path().join("am").display()),
-            format!("--web.listen-address=127.0.0.1:{am_port}"),
-            "--cluster.listen-address=".into(),
-        ],
+        |port| {
+            vec![
+                format!("--config.file={}", dir.path().join("am.yml").display()),
+                format!("--storage.path={}", dir.path().join("am").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--cluster.listen-address=".into(),
+            ]
+        },
         &dir.path().join("am.log"),
     );
     // The rules are loaded once Prometheus scrapes ragwatch, as in a cluster where Prometheus has
     // been running: right after its start, Prometheus evaluates rules for up to 5 s before service
     // discovery hands it its first target, and RagwatchAbsent (`for` shortened to 3 s) would fire.
     std::fs::write(dir.path().join("rules.yaml"), "groups: []\n").unwrap();
-    let prom_port = free_port();
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
@@ -660,19 +669,21 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
     .unwrap();
     let started = Instant::now();
     let started_unix = unix_secs();
-    let _prom = daemon(
+    let (prom_port, _prom) = daemon(
         "prometheus",
-        &[
-            format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ),
-            format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-            format!("--web.listen-address=127.0.0.1:{prom_port}"),
-            "--rules.alert.resend-delay=1s".into(),
-            // As shipped (README, Deployment): exemplars are kept only with this on.
-            "--enable-feature=exemplar-storage".into(),
-        ],
+        |port| {
+            vec![
+                format!(
+                    "--config.file={}",
+                    dir.path().join("prometheus.yml").display()
+                ),
+                format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--rules.alert.resend-delay=1s".into(),
+                // As shipped (README, Deployment): exemplars are kept only with this on.
+                "--enable-feature=exemplar-storage".into(),
+            ]
+        },
         &dir.path().join("prometheus.log"),
     );
 

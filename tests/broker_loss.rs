@@ -152,8 +152,8 @@ fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
 #[test]
 fn a_killed_broker_process_is_reconnected_to_after_restart() {
     let store = ObjectStore::start();
-    let port = free_port();
-    let mut broker = Broker::start_persistent(port, &store);
+    let mut broker = Broker::start_persistent(None, &store);
+    let port = broker.port;
     let topic = unique("restart");
     broker.create_topic(&topic, 3);
     let traces = gen_traces(600, &["--seed", "43"]);
@@ -184,7 +184,7 @@ fn a_killed_broker_process_is_reconnected_to_after_restart() {
     );
     stays_live_for(&rw, Duration::from_secs(3));
 
-    let broker = Broker::start_persistent(port, &store);
+    let broker = Broker::start_persistent(Some(port), &store);
     produce(&broker.brokers(), &topic, &traces[400..]);
     wait_for(
         "every produced trace after the restart",

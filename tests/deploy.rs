@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -19,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::openai::FakeOpenAi;
-use common::{Ragwatch, free_port, gen_traces, http_get, http_post, pipe, run_ok, wait_for};
+use common::{
+    Ragwatch, gen_traces, http_get, http_post, pipe, run_ok, spawn_on_free_port, wait_for,
+};
 use serde_json::{Value, json};
 
 fn root() -> &'static Path {
@@ -1057,7 +1058,6 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
 
     let rules = std::fs::read_to_string(root().join("deploy/prometheus/rules.yaml")).unwrap();
     std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
-    let prom_port = free_port();
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
@@ -1066,23 +1066,29 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         ),
     )
     .unwrap();
-    let mut prom = Command::new("prometheus");
-    prom.arg(format!(
-        "--config.file={}",
-        dir.path().join("prometheus.yml").display()
-    ))
-    .arg(format!(
-        "--storage.tsdb.path={}",
-        dir.path().join("tsdb").display()
-    ))
-    .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut child = prom
-        .spawn()
-        .expect("prometheus is installed by tests/run.sh");
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+    let (prom_port, child) = spawn_on_free_port(
+        "prometheus",
+        Duration::from_secs(30),
+        |port| {
+            Command::new("prometheus")
+                .arg(format!(
+                    "--config.file={}",
+                    dir.path().join("prometheus.yml").display()
+                ))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("tsdb").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("prometheus is installed by tests/run.sh")
+        },
+        |port| {
+            http_get(([127, 0, 0, 1], port).into(), "/-/ready").is_some_and(|(code, _)| code == 200)
+        },
+    );
     let _prom = Killed(child);
 
     let d = dashboard();

@@ -53,7 +53,6 @@ fn model_path() -> PathBuf {
 struct ModelServer {
     child: Child,
     port: u16,
-    log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -62,37 +61,34 @@ impl ModelServer {
         let model = model_path();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let port = free_port();
-        let child = Command::new("python3")
-            .args(["-m", "llama_cpp.server", "--model"])
-            .arg(&model)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--n_ctx", "8192", "--embedding", "true"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("llama-cpp-python[server] is installed (tests/run.sh installs it)");
-        let mut server = ModelServer {
-            child,
-            port,
-            log,
-            _dir: dir,
-        };
-        let addr = ([127, 0, 0, 1], port).into();
-        wait_for(
-            "the model server to answer /v1/models",
+        let (port, child) = spawn_on_free_port(
+            "the model server",
             Duration::from_secs(180),
-            || {
-                if let Some(status) = server.child.try_wait().unwrap() {
-                    panic!(
-                        "the model server exited ({status}): {}",
-                        std::fs::read_to_string(&server.log).unwrap_or_default()
-                    );
+            |port| {
+                // A previous attempt's log says why it exited.
+                if let Ok(previous) = std::fs::read_to_string(&log) {
+                    eprintln!("the model server's log before this start:\n{previous}");
                 }
-                http_get(addr, "/v1/models").filter(|(code, _)| *code == 200)
+                Command::new("python3")
+                    .args(["-m", "llama_cpp.server", "--model"])
+                    .arg(&model)
+                    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                    .args(["--n_ctx", "8192", "--embedding", "true"])
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log).unwrap())
+                    .spawn()
+                    .expect("llama-cpp-python[server] is installed (tests/run.sh installs it)")
+            },
+            |port| {
+                http_get(([127, 0, 0, 1], port).into(), "/v1/models")
+                    .is_some_and(|(code, _)| code == 200)
             },
         );
-        server
+        ModelServer {
+            child,
+            port,
+            _dir: dir,
+        }
     }
 
     fn base_url(&self) -> String {

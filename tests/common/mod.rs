@@ -16,13 +16,54 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// A free loopback port (bound then released).
+/// A loopback port that was free a moment ago (bound then released): for daemons that must be
+/// told their port, start them with [`spawn_on_free_port`], which survives losing the port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Starts a daemon that must be told its port up front (tansu advertises its listener URL;
+/// Prometheus, Alertmanager, moto and llama.cpp's server take it as a flag, and none reports a
+/// port it chose itself): `spawn(port)` on a port found free, until `ready(port)` holds. When the
+/// daemon exits before it is ready (another process took the port between the check and the
+/// bind), it is started again on another port, up to five times. Readiness counts only while the
+/// daemon is still running, so an answer from whoever took the port is not mistaken for it.
+pub fn spawn_on_free_port(
+    what: &str,
+    timeout: Duration,
+    mut spawn: impl FnMut(u16) -> Child,
+    mut ready: impl FnMut(u16) -> bool,
+) -> (u16, Child) {
+    for attempt in 1..=5 {
+        let port = free_port();
+        let mut child = spawn(port);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                eprintln!(
+                    "{what} exited ({status}) on port {port} (attempt {attempt}): another port"
+                );
+                break;
+            }
+            if ready(port) {
+                std::thread::sleep(Duration::from_millis(100));
+                if child.try_wait().unwrap().is_none() {
+                    return (port, child);
+                }
+                continue;
+            }
+            if start.elapsed() > timeout {
+                let _ = child.kill();
+                panic!("{what} was not ready on port {port} within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("{what} exited on five ports in a row");
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
@@ -67,23 +108,24 @@ pub struct ObjectStore {
 
 impl ObjectStore {
     pub fn start() -> ObjectStore {
-        let port = free_port();
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto's server is installed (tests/run.sh installs it)");
-        let store = ObjectStore { port, child };
-        wait_for(
-            "the object store and its bucket",
+        let (port, child) = spawn_on_free_port(
+            "the object store",
             Duration::from_secs(30),
-            || {
+            |port| {
+                Command::new("python3")
+                    .args(["-m", "moto.server", "-p", &port.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("moto's server is installed (tests/run.sh installs it)")
+            },
+            // Creating the bucket is the readiness check.
+            |port| {
                 http_request(([127, 0, 0, 1], port).into(), "PUT", "/tansu")
-                    .filter(|(code, _)| *code == 200)
+                    .is_some_and(|(code, _)| code == 200)
             },
         );
-        store
+        ObjectStore { port, child }
     }
 }
 
@@ -95,16 +137,14 @@ impl Drop for ObjectStore {
 }
 
 impl Broker {
+    /// A broker with in-memory storage on a port of its own.
     pub fn start() -> Broker {
-        Self::start_on(free_port())
+        Self::spawn(None, "memory://tansu/", &[])
     }
 
-    pub fn start_on(port: u16) -> Broker {
-        Self::spawn(port, "memory://tansu/", &[])
-    }
-
-    /// A broker that keeps its topics, records and group offsets in `store`.
-    pub fn start_persistent(port: u16, store: &ObjectStore) -> Broker {
+    /// A broker that keeps its topics, records and group offsets in `store`; on `port` (a
+    /// restart of an earlier broker) or, with `None`, on a port of its own.
+    pub fn start_persistent(port: Option<u16>, store: &ObjectStore) -> Broker {
         let endpoint = format!("http://127.0.0.1:{}", store.port);
         Self::spawn(
             port,
@@ -119,28 +159,36 @@ impl Broker {
         )
     }
 
-    fn spawn(port: u16, storage: &str, env: &[(&str, &str)]) -> Broker {
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(tansu_bin())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                storage,
-            ])
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tansu is installed (tests/run.sh installs it)");
-        let broker = Broker { port, child };
-        wait_for("tansu to listen", Duration::from_secs(20), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        broker
+    fn spawn(port: Option<u16>, storage: &str, env: &[(&str, &str)]) -> Broker {
+        let spawn = |port: u16| {
+            let url = format!("tcp://127.0.0.1:{port}");
+            Command::new(tansu_bin())
+                .args([
+                    "broker",
+                    "--listener-url",
+                    &url,
+                    "--advertised-listener-url",
+                    &url,
+                    "--storage-engine",
+                    storage,
+                ])
+                .envs(env.iter().copied())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("tansu is installed (tests/run.sh installs it)")
+        };
+        let listening = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let timeout = Duration::from_secs(20);
+        let (port, child) = match port {
+            None => spawn_on_free_port("tansu", timeout, spawn, listening),
+            Some(port) => {
+                let child = spawn(port);
+                wait_for("tansu to listen", timeout, || listening(port).then_some(()));
+                (port, child)
+            }
+        };
+        Broker { port, child }
     }
 
     pub fn brokers(&self) -> String {
