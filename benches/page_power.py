@@ -16,9 +16,10 @@ average, 50 % faithful 0.70, 75 % faithful 0.79.
 Printed, per `for` and per number of LLM verdicts a stratum gets in 5 minutes (the shipped budget,
 60 requests a minute at about 2.5 requests a trace, gives about 120 verdicts per 5 minutes to
 share among the strata): the share of drops paged within 15 and 30 minutes, the median time to
-the page, and false pages per day of healthy traffic.
+the page, and false pages per day of healthy traffic; first, how many new deployments page in
+their first 6 hours, while the baseline is only what the stream has seen so far.
 
-    python3 benches/page_power.py [--days 10] [--drops 100] [--seed 1]
+    python3 benches/page_power.py [--days 10] [--drops 100] [--deploys 100] [--seed 1]
 
 Needs numpy. Not part of the test suite: a measurement, reported in the README.
 """
@@ -47,9 +48,11 @@ def scores(rng, faithful):
     return rng.binomial(claims, score) / claims
 
 
-def pages(rng, per_5m, seconds, share, for_min):
+def pages(rng, per_5m, seconds, share, for_min, fresh=False):
     """Times (s) at which the rule starts firing on a stream whose faithful share at second t is
-    share(t); verdicts arrive as a Poisson stream of per_5m per 5 minutes."""
+    share(t); verdicts arrive as a Poisson stream of per_5m per 5 minutes. The baseline is a full
+    day of healthy verdicts, or with `fresh` (a new deployment) only the stream's own verdicts
+    before the last 5 minutes, as the rule's `rest of 24h` is in the first day."""
     counts = rng.poisson(per_5m / WINDOW, seconds)
     times = np.repeat(np.arange(seconds), counts)
     values = scores(rng, rng.random(len(times)) < share(times))
@@ -62,6 +65,14 @@ def pages(rng, per_5m, seconds, share, for_min):
         a, b = np.searchsorted(times, [t - WINDOW, t], side="right")
         k = b - a
         below = False
+        if fresh:
+            # The rest of the day so far; at least min_samples and at least the window's count.
+            kb = a
+            if kb < max(MIN_SAMPLES, k):
+                held = 0
+                continue
+            base_mean = sums[a] / kb
+            base_var = (squares[a] / kb - base_mean**2) / kb
         if k >= MIN_SAMPLES:
             mean = (sums[b] - sums[a]) / k
             var = ((squares[b] - squares[a]) / k - mean * mean) / k
@@ -76,10 +87,20 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--days", type=int, default=10, help="healthy days per setting")
     p.add_argument("--drops", type=int, default=100, help="simulated drops per setting")
+    p.add_argument("--deploys", type=int, default=100, help="new deployments per setting")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     onset = 1800
+    print("false pages in the first 6 hours of a new deployment (the baseline grows from nothing):")
+    for for_min in (5, 10):
+        for per_5m in (30, 60, 120):
+            runs = [
+                pages(rng, per_5m, 6 * 3600, lambda t: np.full(len(t), 0.9), for_min, fresh=True)
+                for _ in range(args.deploys)
+            ]
+            paged = sum(1 for r in runs if r)
+            print(f"  for {for_min:>2}m, {per_5m:>3} verdicts/5m: {paged} of {args.deploys} deployments paged")
     print("for   verdicts/5m  drop      paged<=15m  paged<=30m  median  false pages/day")
     for for_min in (5, 10):
         for per_5m in (30, 60, 120):
