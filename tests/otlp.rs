@@ -450,6 +450,8 @@ fn kill_9_during_assembly_accounts_for_every_trace() {
         assert!(c >= last, "run {run}: committed offsets went back");
         last = c;
     }
+    // Not a wait for ragwatch: the broker only hands the partitions to a new member once the
+    // killed members' sessions (session.timeout.ms = 6 s above) have expired.
     std::thread::sleep(Duration::from_secs(7));
     let mut final_run = Ragwatch::start(&config, &env);
     wait_for(
