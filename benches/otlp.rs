@@ -247,7 +247,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         for (i, m) in msgs.iter().enumerate() {
             let req = decode_request(m, format, max, max_spans).unwrap();
             let pos = Position {
-                topic: 0,
+                stream: 0,
                 partition: 0,
                 offset: i as i64,
             };
@@ -271,7 +271,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
                 let mut released = Vec::new();
                 for (i, m) in proto.iter().enumerate() {
                     let pos = Position {
-                        topic: 0,
+                        stream: 0,
                         partition: 0,
                         offset: i as i64,
                     };

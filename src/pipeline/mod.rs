@@ -21,14 +21,17 @@ pub use crate::recorder::Shared;
 use crate::sample::{Sampler, SamplerDecision, StratumId};
 use crate::trace::{DecodeError, Decoder, Trace};
 
-/// Where a message came from, so its offset can be stored once it is accounted for.
+/// Where a message came from, so that its source can move past it once it is accounted for. The
+/// three parts are the source's to define: Kafka's are the topic's index in its topic list, the
+/// partition and the offset; a single-stream source (a file, a request queue) uses stream 0,
+/// partition 0 and its own sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Position {
-    /// Index of the topic in the source's topic list.
-    pub topic: usize,
-    /// Partition.
+    /// The source's stream (Kafka: the topic's index in `kafka.topics`).
+    pub stream: usize,
+    /// The stream's partition (0 when the stream has one).
     pub partition: i32,
-    /// Offset.
+    /// The message's place in its partition: an offset or sequence number, increasing.
     pub offset: i64,
 }
 

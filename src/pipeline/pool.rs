@@ -184,7 +184,7 @@ mod tests {
             stratum: 0,
             offline,
             position: Some(Position {
-                topic: 0,
+                stream: 0,
                 partition: 0,
                 offset,
             }),

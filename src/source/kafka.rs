@@ -483,16 +483,16 @@ async fn run_kafka_source<I: Ingest>(
             Some(token) = ack_rx.recv() => {
                 pipeline.ack(token, &mut released);
                 for pos in released.drain(..) {
-                    if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-                        store(pos.topic, pos.partition, upto);
+                    if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
+                        store(pos.stream, pos.partition, upto);
                     }
                 }
             }
             _ = assembly_tick.tick() => {
                 pipeline.tick(&mut released);
                 for pos in released.drain(..) {
-                    if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-                        store(pos.topic, pos.partition, upto);
+                    if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
+                        store(pos.stream, pos.partition, upto);
                     }
                 }
             }
@@ -509,15 +509,15 @@ async fn run_kafka_source<I: Ingest>(
                 Ok(m) => {
                     received += 1;
                     last_message = Instant::now();
-                    let pos = Position { topic: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
+                    let pos = Position { stream: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
                     let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut released) == Disposition::Done;
-                    if let Some(upto) = tracker.received(pos.topic, pos.partition, pos.offset, done) {
-                        store(pos.topic, pos.partition, upto);
+                    if let Some(upto) = tracker.received(pos.stream, pos.partition, pos.offset, done) {
+                        store(pos.stream, pos.partition, upto);
                     }
                     // Traces completed by this message may account for earlier ones.
                     for pos in released.drain(..) {
-                        if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-                            store(pos.topic, pos.partition, upto);
+                        if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
+                            store(pos.stream, pos.partition, upto);
                         }
                     }
                 }
@@ -555,8 +555,8 @@ async fn run_kafka_source<I: Ingest>(
     while let Some(token) = ack_rx.recv().await {
         pipeline.ack(token, &mut released);
         for pos in released.drain(..) {
-            if let Some(upto) = tracker.accounted(pos.topic, pos.partition, pos.offset) {
-                store(pos.topic, pos.partition, upto);
+            if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
+                store(pos.stream, pos.partition, upto);
             }
         }
     }

@@ -67,7 +67,7 @@ pub trait Ingest {
     /// Time passed (traces idle too long complete).
     fn tick(&mut self, released: &mut Vec<Position>);
     /// A partition was revoked or assigned anew: whatever was pending there will be redelivered.
-    fn forget(&mut self, topic: usize, partition: i32);
+    fn forget(&mut self, stream: usize, partition: i32);
     /// The input ended: nothing more will come.
     fn end_of_input(&mut self);
     /// Closes the sampled judge's queue.
@@ -91,7 +91,7 @@ impl Ingest for Pipeline {
 
     fn tick(&mut self, _released: &mut Vec<Position>) {}
 
-    fn forget(&mut self, _topic: usize, _partition: i32) {}
+    fn forget(&mut self, _stream: usize, _partition: i32) {}
 
     fn end_of_input(&mut self) {}
 

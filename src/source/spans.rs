@@ -28,7 +28,7 @@ use crate::trace::DecodeError;
 use crate::trace::otlp::{AddStats, Assembler, Completed, Outcome, SpanDrop, decode_request};
 
 /// The topic index of the tokens that stand for judge jobs (never a real topic index).
-const JUDGE_TOKEN_TOPIC: usize = usize::MAX;
+const JUDGE_TOKEN_STREAM: usize = usize::MAX;
 
 /// OTLP messages in, assembled traces to the pipeline.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ impl SpanIngest {
                     let token = (!c.tokens.is_empty()).then(|| {
                         self.next_job += 1;
                         Position {
-                            topic: JUDGE_TOKEN_TOPIC,
+                            stream: JUDGE_TOKEN_STREAM,
                             partition: 0,
                             offset: self.next_job,
                         }
@@ -213,7 +213,7 @@ impl Ingest for SpanIngest {
     }
 
     fn ack(&mut self, token: Position, released: &mut Vec<Position>) {
-        if token.topic != JUDGE_TOKEN_TOPIC {
+        if token.stream != JUDGE_TOKEN_STREAM {
             released.push(token);
         } else if let Some(tokens) = self.judging.remove(&token.offset) {
             self.release(tokens, None, released);
@@ -226,8 +226,8 @@ impl Ingest for SpanIngest {
         self.settle(None, now, released);
     }
 
-    fn forget(&mut self, topic: usize, partition: i32) {
-        let gone = |p: &Position| p.topic == topic && p.partition == partition;
+    fn forget(&mut self, stream: usize, partition: i32) {
+        let gone = |p: &Position| p.stream == stream && p.partition == partition;
         self.open.retain(|p, _| !gone(p));
         for held in self.judging.values_mut() {
             held.retain(|p| !gone(p));
@@ -298,7 +298,7 @@ mod tests {
 
     fn pos(offset: i64) -> Option<Position> {
         Some(Position {
-            topic: 0,
+            stream: 0,
             partition: 0,
             offset,
         })
@@ -352,7 +352,7 @@ mod tests {
         assert_eq!(d, Disposition::Pending);
         let job = rx.try_recv().unwrap();
         let token = job.position.unwrap();
-        assert_eq!(token.topic, JUDGE_TOKEN_TOPIC);
+        assert_eq!(token.stream, JUDGE_TOKEN_STREAM);
         assert!(released.is_empty());
         si.ack(token, &mut released);
         released.sort_by_key(|p| p.offset);
