@@ -281,6 +281,8 @@ mod tests {
         for (i, m) in Metric::ALL.into_iter().enumerate() {
             assert_eq!(m.index(), i);
             assert_eq!(Metric::from_name(m.name()), Some(m));
+            // Config keys are read through serde: the same name.
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
             assert_eq!(m.spec().histogram, format!("ragwatch_{}_ratio", m.name()));
         }
     }
