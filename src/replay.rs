@@ -343,6 +343,10 @@ pub async fn replay_with_labels(
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
     let evaluator = Evaluator::new(config, shared.clone());
+    let mut records = Records {
+        out,
+        line: Vec::with_capacity(4096),
+    };
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {
         ks: ks.to_vec(),
@@ -385,7 +389,7 @@ pub async fn replay_with_labels(
                     &extra,
                     line,
                     &judged,
-                    out,
+                    &mut records,
                 )
             })
             .await?;
@@ -426,7 +430,7 @@ pub async fn replay_with_labels(
                         extra,
                         line,
                         &judged,
-                        out,
+                        &mut records,
                     )
                 },
             );
@@ -442,7 +446,7 @@ pub async fn replay_with_labels(
         join.joined = join.seen.len() as u64;
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
-    out.flush()?;
+    records.out.flush()?;
     Ok(summary)
 }
 
@@ -554,7 +558,7 @@ fn write_record(
     extra: &Extra,
     line: u64,
     judged: &Judged<'_>,
-    out: &mut dyn Write,
+    records: &mut Records<'_>,
 ) -> std::io::Result<()> {
     let threshold = judged.threshold;
     let record = match &eval.trace {
@@ -674,8 +678,24 @@ fn write_record(
             }
         }
     };
-    serde_json::to_writer(&mut *out, &record)?;
-    out.write_all(b"\n")
+    records.write(&record)
+}
+
+/// Where the verdict records go: each is serialised into a reused buffer and written in one call,
+/// rather than in the serialiser's many small writes through `dyn Write`.
+struct Records<'a> {
+    out: &'a mut dyn Write,
+    line: Vec<u8>,
+}
+
+impl Records<'_> {
+    /// Writes `record` and a newline.
+    fn write(&mut self, record: &VerdictRecord<'_>) -> std::io::Result<()> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record)?;
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)
+    }
 }
 
 impl Summary {
