@@ -5,6 +5,7 @@
 # machine a process waits for its core, and traces per CPU second is what a core of its own would do) and
 # the ratios of the medians.
 #   benches/replay_vs_python.sh [N=100000] [ROUNDS=3] [CORE=0]
+# RAGWATCH_BIN= measures another build (not rebuilt) instead of this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-100000}
@@ -14,12 +15,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 tests/gen_traces.py "$n" --seed 12 --pad 1500 > "$work/traces.jsonl"
 echo "$n traces, $(( $(stat -c %s "$work/traces.jsonl") / n )) bytes each on average; core $core"
-cargo build --release -q
+bin=${RAGWATCH_BIN:-./target/release/ragwatch}
+[[ -n ${RAGWATCH_BIN:-} ]] || cargo build --release -q
 # Runs a command pinned to the core; prints "wall_secs cpu_secs" (user + system).
 timed() { /usr/bin/time -f "%e %U %S" -o "$work/time" taskset -c "$core" "$@" >"$work/out" 2>/dev/null; awk '{print $1, $2 + $3}' "$work/time"; }
 rw_wall=() rw_cpu=() py_wall=() py_cpu=()
 for r in $(seq "$rounds"); do
-  read -r wall cpu < <(timed ./target/release/ragwatch replay "$work/traces.jsonl" --output /dev/null)
+  read -r wall cpu < <(timed "$bin" replay "$work/traces.jsonl" --output /dev/null)
   rw_wall+=("$wall") rw_cpu+=("$cpu")
   echo "round $r ragwatch replay: ${wall} s wall, ${cpu} s CPU (verdicts written, process start included)"
   read -r wall cpu < <(timed python3 benches/replay_vs_python.py "$work/traces.jsonl")

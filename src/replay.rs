@@ -18,11 +18,12 @@ use tokio::io::{AsyncBufRead, BufReader};
 use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
-use crate::judge::Verdict;
 use crate::judge::llm::LlmJudge;
-use crate::labels::{Metric, PerMetric};
-use crate::pipeline::{Evaluation, Pipeline, Shared};
+use crate::judge::{Citations, OfflineJudge, OfflineScore, Verdict};
+use crate::labels::{JudgeKind, Metric, PerMetric};
+use crate::pipeline::{Evaluation, Shared};
 use crate::source::read_line_bounded;
+use crate::trace::Decoder;
 
 /// One line of replay output.
 #[derive(Debug, Serialize)]
@@ -45,7 +46,94 @@ pub struct VerdictRecord<'a> {
     /// The human label, when the trace carries one.
     pub label_faithful: Option<bool>,
     /// The whole verdict (refusal, uncertainty, citations, judge details).
-    pub details: Option<&'a Verdict>,
+    pub details: Option<RecordVerdict<'a>>,
+}
+
+/// A verdict as its record writes it: [`Verdict`]'s serialisation, except that an offline verdict's
+/// `details` are written straight from the judge's scores ([`OfflineScore::details_ref`]), the same
+/// bytes without building the JSON object (which cost more than writing it).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordVerdict<'a> {
+    /// The verdict.
+    pub verdict: &'a Verdict,
+    /// The offline judge's scores behind it, when it is the offline verdict (its `details` left
+    /// `null`).
+    pub offline: Option<&'a OfflineScore>,
+}
+
+impl Serialize for RecordVerdict<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.verdict;
+        match self.offline {
+            None => v.serialize(s),
+            Some(score) => VerdictFields {
+                judge: v.judge,
+                scores: v.scores,
+                refusal: v.refusal,
+                uncertain: v.uncertain,
+                citations: v.citations,
+                details: score.details_ref(),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+/// [`Verdict`]'s fields in its order, with `details` of another type (a test holds the two alike).
+#[derive(Serialize)]
+struct VerdictFields<D> {
+    judge: JudgeKind,
+    #[serde(flatten)]
+    scores: PerMetric<Option<f64>>,
+    refusal: bool,
+    uncertain: bool,
+    citations: Citations,
+    details: D,
+}
+
+/// What replay evaluates a line with: the ingest pipeline's decoder, stratifier and offline judge
+/// ([`crate::pipeline::Pipeline::evaluate`]'s steps), keeping the offline judge's scores so that the
+/// record writes its `details` from them; the verdict's own `details` stay `null`.
+struct Evaluator {
+    decoder: Decoder,
+    offline: OfflineJudge,
+    shared: Shared,
+}
+
+impl Evaluator {
+    fn new(config: &Config, shared: Shared) -> Self {
+        Self {
+            decoder: Decoder::new(&config.decode),
+            offline: OfflineJudge::default(),
+            shared,
+        }
+    }
+
+    /// Decodes, stratifies and runs the offline judge.
+    fn evaluate(&self, bytes: &[u8]) -> (Evaluation, Option<OfflineScore>) {
+        match self.decoder.decode(bytes) {
+            Ok(trace) => {
+                let stratum = self.shared.stratifier.assign(&trace);
+                let score = self.offline.score(&trace);
+                let eval = Evaluation {
+                    trace: Ok(trace),
+                    stratum,
+                    verdict: Some(score.verdict_without_details()),
+                    skipped: None,
+                };
+                (eval, Some(score))
+            }
+            Err(e) => {
+                let eval = Evaluation {
+                    trace: Err(e),
+                    stratum: 0,
+                    verdict: None,
+                    skipped: None,
+                };
+                (eval, None)
+            }
+        }
+    }
 }
 
 /// Per-stratum figures of a replay.
@@ -254,7 +342,11 @@ pub async fn replay_with_labels(
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
-    let pipeline = Pipeline::new(config, shared.clone(), None);
+    let evaluator = Evaluator::new(config, shared.clone());
+    let mut records = Records {
+        out,
+        line: Vec::with_capacity(4096),
+    };
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {
         ks: ks.to_vec(),
@@ -288,9 +380,17 @@ pub async fn replay_with_labels(
         None => {
             for_each_line(files, keep, progress.as_ref(), async |buf, line| {
                 summary.lines += 1;
-                let eval = pipeline.evaluate(buf);
+                let (eval, offline) = evaluator.evaluate(buf);
                 let extra = Extra::default();
-                write_record(&mut summary, &shared, &eval, &extra, line, &judged, out)
+                write_record(
+                    &mut summary,
+                    &shared,
+                    (&eval, offline.as_ref()),
+                    &extra,
+                    line,
+                    &judged,
+                    &mut records,
+                )
             })
             .await?;
         }
@@ -315,11 +415,25 @@ pub async fn replay_with_labels(
                 })
                 .await
             };
-            let judging =
-                judge_in_order(rx, workers, &pipeline, judge, audit, |eval, extra, line| {
+            let judging = judge_in_order(
+                rx,
+                workers,
+                &evaluator,
+                judge,
+                audit,
+                |eval, extra, line| {
                     summary.lines += 1;
-                    write_record(&mut summary, &shared, eval, extra, line, &judged, out)
-                });
+                    write_record(
+                        &mut summary,
+                        &shared,
+                        (eval, None),
+                        extra,
+                        line,
+                        &judged,
+                        &mut records,
+                    )
+                },
+            );
             let (read, judged) = tokio::join!(reader, judging);
             read?;
             judged?;
@@ -332,7 +446,7 @@ pub async fn replay_with_labels(
         join.joined = join.seen.len() as u64;
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
-    out.flush()?;
+    records.out.flush()?;
     Ok(summary)
 }
 
@@ -386,7 +500,7 @@ const REORDER_WINDOW_PER_WORKER: usize = 16;
 async fn judge_in_order(
     rx: futures::channel::mpsc::Receiver<(Vec<u8>, u64)>,
     workers: usize,
-    pipeline: &Pipeline,
+    evaluator: &Evaluator,
     judge: &LlmJudge,
     audit: bool,
     mut write: impl FnMut(&Evaluation, &Extra, u64) -> std::io::Result<()>,
@@ -402,7 +516,7 @@ async fn judge_in_order(
             async move { (item, window.acquire_owned().await) }
         })
         .map(|((seq, (bytes, line)), permit)| async move {
-            let mut eval = pipeline.evaluate(&bytes);
+            let (mut eval, _) = evaluator.evaluate(&bytes);
             let mut extra = Extra {
                 offline: eval.verdict.take(),
                 reversed: None,
@@ -435,14 +549,16 @@ async fn judge_in_order(
     Ok(())
 }
 
+/// Writes the record of `eval`, whose verdict, when it is the offline judge's, comes with the
+/// judge's scores.
 fn write_record(
     summary: &mut Summary,
     shared: &Shared,
-    eval: &Evaluation,
+    (eval, offline): (&Evaluation, Option<&OfflineScore>),
     extra: &Extra,
     line: u64,
     judged: &Judged<'_>,
-    out: &mut dyn Write,
+    records: &mut Records<'_>,
 ) -> std::io::Result<()> {
     let threshold = judged.threshold;
     let record = match &eval.trace {
@@ -558,12 +674,28 @@ fn write_record(
                 },
                 line,
                 label_faithful: file_label.or(trace.label_faithful),
-                details: Some(verdict),
+                details: Some(RecordVerdict { verdict, offline }),
             }
         }
     };
-    serde_json::to_writer(&mut *out, &record)?;
-    out.write_all(b"\n")
+    records.write(&record)
+}
+
+/// Where the verdict records go: each is serialised into a reused buffer and written in one call,
+/// rather than in the serialiser's many small writes through `dyn Write`.
+struct Records<'a> {
+    out: &'a mut dyn Write,
+    line: Vec<u8>,
+}
+
+impl Records<'_> {
+    /// Writes `record` and a newline.
+    fn write(&mut self, record: &VerdictRecord<'_>) -> std::io::Result<()> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record)?;
+        self.line.push(b'\n');
+        self.out.write_all(&self.line)
+    }
 }
 
 impl Summary {
@@ -704,5 +836,58 @@ impl Summary {
         }
         t.push('\n');
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Context, Trace};
+
+    fn trace(query: &str, contexts: &[&str], answer: &str) -> Trace {
+        Trace {
+            trace_id: "t".into(),
+            timestamp_ms: None,
+            query: query.into(),
+            contexts: contexts
+                .iter()
+                .map(|c| Context {
+                    id: None,
+                    text: (*c).into(),
+                    score: None,
+                })
+                .collect(),
+            answer: answer.into(),
+            stratum: None,
+            metadata: serde_json::Value::Null,
+            label_faithful: None,
+            gold: None,
+        }
+    }
+
+    /// The record's offline verdict, written from the scores, is byte for byte the verdict with
+    /// its `details` JSON object.
+    #[test]
+    fn offline_record_verdict_writes_the_verdicts_bytes() {
+        let judge = OfflineJudge::default();
+        let ctx = "The Eiffel Tower is in Paris. It was completed in 1889 [doc_1].";
+        for t in [
+            trace("Where is the tower?", &[ctx], "The tower is in Paris [1]."),
+            trace("When?", &[ctx], "It was built in 1925 by Ann Smith."),
+            trace("When?", &[ctx], "I'm sorry, I cannot answer that."),
+            trace("q", &[], "Paris is the capital of France."),
+            trace("q", &[ctx], "  ...  "),
+            trace("", &[""], ""),
+        ] {
+            let score = judge.score(&t);
+            let written = RecordVerdict {
+                verdict: &score.verdict_without_details(),
+                offline: Some(&score),
+            };
+            assert_eq!(
+                serde_json::to_string(&written).unwrap(),
+                serde_json::to_string(&score.verdict()).unwrap()
+            );
+        }
     }
 }

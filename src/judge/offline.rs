@@ -113,7 +113,7 @@ features! {
 }
 
 /// Feature indices in name order: `details.features` is a JSON object, which serde_json keeps
-/// sorted by key, and building it from sorted pairs skips the per-key insertion.
+/// sorted by key, so [`OfflineDetails`] writes the features in this order.
 static NAMES_SORTED: LazyLock<[usize; FEATURES]> = LazyLock::new(|| {
     let mut order: [usize; FEATURES] = std::array::from_fn(|i| i);
     order.sort_by_key(|&i| Features::NAMES[i]);
@@ -178,22 +178,42 @@ impl OfflineScore {
         }
     }
 
-    /// `{"features": {name: value...}, "sentences": n}`, exactly as serde would make it.
+    /// `{"features": {name: value...}, "sentences": n}` as JSON.
     pub fn details(&self) -> serde_json::Value {
-        let values = self.extraction.features.to_vec();
-        let features: serde_json::Map<String, serde_json::Value> = NAMES_SORTED
-            .iter()
-            .map(|&i| {
-                (
-                    Features::NAMES[i].to_owned(),
-                    serde_json::Value::from(values[i]),
-                )
-            })
-            .collect();
-        let mut details = serde_json::Map::new();
-        details.insert("features".into(), serde_json::Value::Object(features));
-        details.insert("sentences".into(), self.extraction.sentences.into());
-        serde_json::Value::Object(details)
+        serde_json::to_value(self.details_ref()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The same `details`, borrowed, to serialise straight into a verdict record: `replay` writes
+    /// these bytes without building the JSON object.
+    pub fn details_ref(&self) -> OfflineDetails<'_> {
+        OfflineDetails {
+            features: SortedFeatures(&self.extraction.features),
+            sentences: self.extraction.sentences,
+        }
+    }
+}
+
+/// An offline verdict's `details`, borrowed from its [`OfflineScore`]: serialises as
+/// `{"features": {name: value...}, "sentences": n}`, the features by name (as a JSON object keeps
+/// them), a non-finite value as `null`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OfflineDetails<'a> {
+    features: SortedFeatures<'a>,
+    sentences: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SortedFeatures<'a>(&'a Features);
+
+impl Serialize for SortedFeatures<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let values = self.0.to_vec();
+        let mut map = s.serialize_map(Some(FEATURES))?;
+        for &i in NAMES_SORTED.iter() {
+            map.serialize_entry(Features::NAMES[i], &values[i])?;
+        }
+        map.end()
     }
 }
 

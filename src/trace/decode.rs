@@ -142,18 +142,187 @@ struct NativeTrace<'a> {
     relevance: Option<std::collections::BTreeMap<String, f64>>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NativeContext<'a> {
-    Text(#[serde(borrow)] Cow<'a, str>),
-    Doc {
-        #[serde(default)]
-        id: Option<Value>,
-        #[serde(borrow)]
-        text: Cow<'a, str>,
-        #[serde(default)]
-        score: Option<f64>,
-    },
+/// One retrieved context: a string, or an object with `text` and optional `id` and `score`.
+/// Parsed once, straight from the message; anything else, a missing or mistyped `text`, a mistyped
+/// `score` or a repeated field rejects the trace as a wrong type, after the whole context has been
+/// read (so a truncation or syntax error inside it takes precedence, and the error sits where it
+/// did when this was an untagged enum buffered through serde's `Content`).
+struct NativeContext<'a> {
+    id: Option<Value>,
+    text: Cow<'a, str>,
+    score: Option<f64>,
+}
+
+/// The error of a context that is neither form, worded as serde's untagged enum worded it.
+const CONTEXT_MISMATCH: &str = "data did not match any variant of untagged enum NativeContext";
+
+impl<'de: 'a, 'a> Deserialize<'de> for NativeContext<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // The visitor reads the whole context and says whether it matched; the error is raised
+        // here, outside the parser's frame for the context, as the untagged enum raised it.
+        d.deserialize_any(ContextVisitor)?
+            .ok_or_else(|| serde::de::Error::custom(CONTEXT_MISMATCH))
+    }
+}
+
+struct ContextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ContextVisitor {
+    type Value = Option<NativeContext<'de>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a context: a string or an object with `text`")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(NativeContext::text(Cow::Borrowed(v))))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(NativeContext::text(Cow::Owned(v.to_owned()))))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut id, mut text, mut score) = (None, None, None);
+        let mut matched = true;
+        while let Some(key) = map.next_key::<Field<'de>>()? {
+            let name = match &key {
+                Field::Str(name) => name.as_ref(),
+                _ => "",
+            };
+            match name {
+                "id" if id.is_none() => id = Some(map.next_value()?),
+                "text" if text.is_none() => text = Some(map.next_value()?),
+                "score" if score.is_none() => score = Some(map.next_value()?),
+                other => {
+                    // A repeated field fails the context, as serde's derived struct fails it;
+                    // unknown fields are read and ignored.
+                    matched &= !matches!(other, "id" | "text" | "score");
+                    map.next_value::<Field<'de>>()?;
+                }
+            }
+        }
+        Ok(matched
+            .then(|| NativeContext::doc(id, text, score))
+            .flatten())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<Field<'de>>()?.is_some() {}
+        Ok(None)
+    }
+
+    // Any other JSON value (array, number, boolean, null) is neither form.
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+impl<'a> NativeContext<'a> {
+    fn text(text: Cow<'a, str>) -> Self {
+        Self {
+            id: None,
+            text,
+            score: None,
+        }
+    }
+
+    /// The object form from its fields as read: `text` must be a string, `score` a
+    /// number or null; `id` may be anything (only a string or number is kept).
+    fn doc(id: Option<Value>, text: Option<Field<'a>>, score: Option<Field<'a>>) -> Option<Self> {
+        let Some(Field::Str(text)) = text else {
+            return None;
+        };
+        let score = match score {
+            None | Some(Field::Null) => None,
+            Some(Field::Num(s)) => Some(s),
+            Some(_) => return None,
+        };
+        Some(Self { id, text, score })
+    }
+}
+
+/// A JSON value inside a context, read with the parser's full checks (nesting limit, number range)
+/// and kept only as far as a context needs it: a string, a number as `f64`, null, or something
+/// else (skipped).
+enum Field<'a> {
+    Str(Cow<'a, str>),
+    Num(f64),
+    Null,
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(FieldVisitor)
+    }
+}
+
+struct FieldVisitor;
+
+impl<'de> serde::de::Visitor<'de> for FieldVisitor {
+    type Value = Field<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Field::Str(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Field::Str(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Field::Other)
+    }
+
+    // Integers convert as serde's own `f64` does.
+    #[allow(clippy::cast_precision_loss)]
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Field::Num(v as f64))
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Field::Num(v as f64))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Field::Num(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Field::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<Field<'de>>()?.is_some() {}
+        Ok(Field::Other)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<Field<'de>, Field<'de>>()?.is_some() {}
+        Ok(Field::Other)
+    }
 }
 
 impl Decoder {
@@ -196,17 +365,10 @@ impl Decoder {
         let contexts = native
             .contexts
             .into_iter()
-            .map(|c| match c {
-                NativeContext::Text(text) => Context {
-                    id: None,
-                    text: text.into_owned(),
-                    score: None,
-                },
-                NativeContext::Doc { id, text, score } => Context {
-                    id: id.and_then(id_string),
-                    text: text.into_owned(),
-                    score: score.filter(|s| s.is_finite()),
-                },
+            .map(|c| Context {
+                id: c.id.and_then(id_string),
+                text: c.text.into_owned(),
+                score: c.score.filter(|s| s.is_finite()),
             })
             .collect();
         Ok(Trace {
@@ -533,6 +695,148 @@ mod tests {
         assert_eq!(t.metadata["model"], "gpt-x");
         let missing = br#"{"context":{"trace_id":"a"},"attributes":{"output.value":"x"}}"#;
         assert_eq!(reason(&d, missing), "missing_field");
+    }
+
+    mod reference {
+        use super::*;
+
+        /// The untagged enum the context visitor replaced, kept as the reference it must agree
+        /// with (under its old name, which its error message names).
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        pub(super) enum NativeContext<'a> {
+            Text(#[serde(borrow)] Cow<'a, str>),
+            Doc {
+                #[serde(default)]
+                id: Option<Value>,
+                #[serde(borrow)]
+                text: Cow<'a, str>,
+                #[serde(default)]
+                score: Option<f64>,
+            },
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct Untagged<'a> {
+        #[serde(borrow)]
+        contexts: Vec<reference::NativeContext<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Visited<'a> {
+        #[serde(borrow)]
+        contexts: Vec<NativeContext<'a>>,
+    }
+
+    type Decoded = Result<Vec<(Option<String>, String, Option<f64>)>, String>;
+
+    /// `{"contexts": ...}` through the untagged enum and through the visitor: the contexts, or the
+    /// error message (with its position) and reject reason.
+    fn both_ways(json: &str) -> (Decoded, Decoded) {
+        let err = |e: serde_json::Error| {
+            let e = classify(e);
+            format!("{}: {}", e.reason.as_str(), e.detail)
+        };
+        let untagged = serde_json::from_str::<Untagged<'_>>(json)
+            .map(|u| {
+                u.contexts
+                    .into_iter()
+                    .map(|c| match c {
+                        reference::NativeContext::Text(t) => (None, t.into_owned(), None),
+                        reference::NativeContext::Doc { id, text, score } => {
+                            (id.and_then(id_string), text.into_owned(), score)
+                        }
+                    })
+                    .collect()
+            })
+            .map_err(err);
+        let visited = serde_json::from_str::<Visited<'_>>(json)
+            .map(|v| {
+                v.contexts
+                    .into_iter()
+                    .map(|c| (c.id.and_then(id_string), c.text.into_owned(), c.score))
+                    .collect()
+            })
+            .map_err(err);
+        (untagged, visited)
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(r#""t""#.to_owned()),
+            Just(r#""a\"b\u00e9""#.to_owned()),
+            Just(r#""bad \x escape""#.to_owned()),
+            Just("7".to_owned()),
+            Just("-0".to_owned()),
+            Just("-3".to_owned()),
+            Just("0.25".to_owned()),
+            Just("18446744073709551616".to_owned()),
+            Just("1e400".to_owned()),
+            Just("null".to_owned()),
+            Just("nul".to_owned()),
+            Just("true".to_owned()),
+            Just("[]".to_owned()),
+            Just("{}".to_owned()),
+            Just(format!("{}1{}", "[".repeat(130), "]".repeat(130))),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let key = prop_oneof![
+                Just(r#""id""#),
+                Just(r#""text""#),
+                Just(r#""score""#),
+                Just(r#""te\u0078t""#),
+                Just(r#""other""#),
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec((key, inner), 0..5).prop_map(|entries| {
+                    let entries: Vec<String> =
+                        entries.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", entries.join(","))
+                }),
+            ]
+        })
+    }
+
+    #[test]
+    fn context_visitor_matches_the_untagged_enum_on_known_cases() {
+        for contexts in [
+            r#"["a",{"id":"d","text":"b","score":0.5},{"id":7,"text":"c","x":{}},{"text":"\u00e9"}]"#,
+            r#"[[null,"e"]]"#,
+            r#"[[1,"f",2]]"#,
+            r#"[{"text":"a","text":"b"}]"#,
+            r#"[{"id":1}]"#,
+            r#"[{"text":5}]"#,
+            r#"[{"text":"a","score":"high"}]"#,
+            r#"[{"text":"a","score":null,"extra":[1,{"x":1e400}]}]"#,
+            r#"[[1,"a",2,3]]"#,
+            r#"[[]]"#,
+            r#"[5, "a"]"#,
+            r#"[null]"#,
+            r#"[{"text":5,"id":tru"#,
+            r#"[{"text":"a"}, {"text": 1"#,
+        ] {
+            let (untagged, visited) = both_ways(&format!(r#"{{"contexts":{contexts}}}"#));
+            assert_eq!(untagged, visited, "{contexts}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn context_visitor_matches_the_untagged_enum(
+            contexts in proptest::collection::vec(json_value(), 0..4),
+            cut in proptest::option::of(0usize..400),
+        ) {
+            let mut json = format!(r#"{{"contexts":[{}]}}"#, contexts.join(", "));
+            if let Some(cut) = cut.filter(|&c| c < json.len()) {
+                json.truncate(cut);
+            }
+            let (untagged, visited) = both_ways(&json);
+            proptest::prop_assert_eq!(untagged, visited, "{}", json);
+        }
     }
 
     proptest::proptest! {
