@@ -19,11 +19,10 @@ use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::llm::LlmJudge;
-use crate::judge::{Citations, OfflineJudge, OfflineScore, Verdict};
+use crate::judge::{Citations, OfflineScore, Verdict};
 use crate::labels::{JudgeKind, Metric, PerMetric};
-use crate::pipeline::{Evaluation, Shared};
+use crate::pipeline::{Evaluation, Pipeline, Shared};
 use crate::source::read_line_bounded;
-use crate::trace::Decoder;
 
 /// One line of replay output.
 #[derive(Debug, Serialize)]
@@ -89,51 +88,6 @@ struct VerdictFields<D> {
     uncertain: bool,
     citations: Citations,
     details: D,
-}
-
-/// What replay evaluates a line with: the ingest pipeline's decoder, stratifier and offline judge
-/// ([`crate::pipeline::Pipeline::evaluate`]'s steps), keeping the offline judge's scores so that the
-/// record writes its `details` from them; the verdict's own `details` stay `null`.
-struct Evaluator {
-    decoder: Decoder,
-    offline: OfflineJudge,
-    shared: Shared,
-}
-
-impl Evaluator {
-    fn new(config: &Config, shared: Shared) -> Self {
-        Self {
-            decoder: Decoder::new(&config.decode),
-            offline: OfflineJudge::default(),
-            shared,
-        }
-    }
-
-    /// Decodes, stratifies and runs the offline judge.
-    fn evaluate(&self, bytes: &[u8]) -> (Evaluation, Option<OfflineScore>) {
-        match self.decoder.decode(bytes) {
-            Ok(trace) => {
-                let stratum = self.shared.stratifier.assign(&trace);
-                let score = self.offline.score(&trace);
-                let eval = Evaluation {
-                    trace: Ok(trace),
-                    stratum,
-                    verdict: Some(score.verdict_without_details()),
-                    skipped: None,
-                };
-                (eval, Some(score))
-            }
-            Err(e) => {
-                let eval = Evaluation {
-                    trace: Err(e),
-                    stratum: 0,
-                    verdict: None,
-                    skipped: None,
-                };
-                (eval, None)
-            }
-        }
-    }
 }
 
 /// Per-stratum figures of a replay.
@@ -342,7 +296,7 @@ pub async fn replay_with_labels(
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
-    let evaluator = Evaluator::new(config, shared.clone());
+    let pipeline = Pipeline::new(config, shared.clone(), None);
     let mut records = Records {
         out,
         line: Vec::with_capacity(4096),
@@ -380,7 +334,7 @@ pub async fn replay_with_labels(
         None => {
             for_each_line(files, keep, progress.as_ref(), async |buf, line| {
                 summary.lines += 1;
-                let (eval, offline) = evaluator.evaluate(buf);
+                let (eval, offline) = pipeline.evaluate(buf);
                 let extra = Extra::default();
                 write_record(
                     &mut summary,
@@ -415,13 +369,8 @@ pub async fn replay_with_labels(
                 })
                 .await
             };
-            let judging = judge_in_order(
-                rx,
-                workers,
-                &evaluator,
-                judge,
-                audit,
-                |eval, extra, line| {
+            let judging =
+                judge_in_order(rx, workers, &pipeline, judge, audit, |eval, extra, line| {
                     summary.lines += 1;
                     write_record(
                         &mut summary,
@@ -432,8 +381,7 @@ pub async fn replay_with_labels(
                         &judged,
                         &mut records,
                     )
-                },
-            );
+                });
             let (read, judged) = tokio::join!(reader, judging);
             read?;
             judged?;
@@ -500,7 +448,7 @@ const REORDER_WINDOW_PER_WORKER: usize = 16;
 async fn judge_in_order(
     rx: futures::channel::mpsc::Receiver<(Vec<u8>, u64)>,
     workers: usize,
-    evaluator: &Evaluator,
+    pipeline: &Pipeline,
     judge: &LlmJudge,
     audit: bool,
     mut write: impl FnMut(&Evaluation, &Extra, u64) -> std::io::Result<()>,
@@ -516,7 +464,7 @@ async fn judge_in_order(
             async move { (item, window.acquire_owned().await) }
         })
         .map(|((seq, (bytes, line)), permit)| async move {
-            let (mut eval, _) = evaluator.evaluate(&bytes);
+            let (mut eval, _) = pipeline.evaluate(&bytes);
             let mut extra = Extra {
                 offline: eval.verdict.take(),
                 reversed: None,
@@ -869,7 +817,7 @@ mod tests {
     /// its `details` JSON object.
     #[test]
     fn offline_record_verdict_writes_the_verdicts_bytes() {
-        let judge = OfflineJudge::default();
+        let judge = crate::judge::OfflineJudge::default();
         let ctx = "The Eiffel Tower is in Paris. It was completed in 1889 [doc_1].";
         for t in [
             trace("Where is the tower?", &[ctx], "The tower is in Paris [1]."),

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::events;
-use crate::judge::{OfflineJudge, Verdict};
+use crate::judge::{OfflineJudge, OfflineScore, Verdict};
 use crate::labels::SkipReason;
 pub use crate::recorder::Shared;
 use crate::sample::{Sampler, SamplerDecision, StratumId};
@@ -105,36 +105,31 @@ impl Pipeline {
         self.judge_tx = None;
     }
 
-    /// Decodes, stratifies and runs the offline judge; touches no metric.
-    pub fn evaluate(&self, bytes: &[u8]) -> Evaluation {
-        self.evaluate_with(bytes, true)
-    }
-
-    /// [`Pipeline::evaluate`], with the offline verdict's `details` (its features) or without: that
-    /// JSON object costs more to build than the judge itself, and only verdict records read it.
-    fn evaluate_with(&self, bytes: &[u8], details: bool) -> Evaluation {
+    /// Decodes, stratifies and runs the offline judge; touches no metric. The verdict has no `details`
+    /// (building that JSON object costs more than the judge itself, and only verdict records read
+    /// it); the judge's score comes alongside for a caller that writes records from it.
+    pub fn evaluate(&self, bytes: &[u8]) -> (Evaluation, Option<OfflineScore>) {
         match self.decoder.decode(bytes) {
             Ok(trace) => {
                 let stratum = self.shared.stratifier.assign(&trace);
                 let score = self.offline.score(&trace);
-                let verdict = if details {
-                    score.verdict()
-                } else {
-                    score.verdict_without_details()
-                };
-                Evaluation {
+                let eval = Evaluation {
                     trace: Ok(trace),
                     stratum,
-                    verdict: Some(verdict),
+                    verdict: Some(score.verdict_without_details()),
                     skipped: None,
-                }
+                };
+                (eval, Some(score))
             }
-            Err(e) => Evaluation {
-                trace: Err(e),
-                stratum: 0,
-                verdict: None,
-                skipped: None,
-            },
+            Err(e) => {
+                let eval = Evaluation {
+                    trace: Err(e),
+                    stratum: 0,
+                    verdict: None,
+                    skipped: None,
+                };
+                (eval, None)
+            }
         }
     }
 
@@ -151,7 +146,7 @@ impl Pipeline {
             stratum,
             verdict,
             ..
-        } = self.evaluate_with(bytes, false);
+        } = self.evaluate(bytes).0;
         let trace = match trace {
             Ok(t) => t,
             Err(e) => {
@@ -175,7 +170,7 @@ impl Pipeline {
         now: u64,
     ) -> Disposition {
         let stratum = self.shared.stratifier.assign(&trace);
-        let verdict = self.offline.judge(&trace);
+        let verdict = self.offline.score(&trace).verdict_without_details();
         self.judge_and_sample(trace, stratum, verdict, position, now)
     }
 

@@ -27,7 +27,7 @@ pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
         if chunk.is_empty() {
             return Ok(if total == 0 { None } else { Some(total) });
         }
-        let (line, found) = match memchr(chunk) {
+        let (line, found) = match memchr::memchr(b'\n', chunk) {
             Some(i) => (&chunk[..i], Some(i)),
             None => (chunk, None),
         };
@@ -77,10 +77,6 @@ pub async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
         left -= n;
     }
     Ok(Some(len))
-}
-
-fn memchr(s: &[u8]) -> Option<usize> {
-    s.iter().position(|&b| b == b'\n')
 }
 
 /// A JSONL (or length-framed OTLP) file, or stdin: `source.kind = "file" | "stdin"`.
