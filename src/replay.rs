@@ -790,28 +790,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Context, Trace};
-
-    fn trace(query: &str, contexts: &[&str], answer: &str) -> Trace {
-        Trace {
-            trace_id: "t".into(),
-            timestamp_ms: None,
-            query: query.into(),
-            contexts: contexts
-                .iter()
-                .map(|c| Context {
-                    id: None,
-                    text: (*c).into(),
-                    score: None,
-                })
-                .collect(),
-            answer: answer.into(),
-            stratum: None,
-            metadata: serde_json::Value::Null,
-            label_faithful: None,
-            gold: None,
-        }
-    }
+    use crate::trace::Trace;
 
     /// The record's offline verdict, written from the scores, is byte for byte the verdict with
     /// its `details` JSON object.
@@ -820,12 +799,20 @@ mod tests {
         let judge = crate::judge::OfflineJudge::default();
         let ctx = "The Eiffel Tower is in Paris. It was completed in 1889 [doc_1].";
         for t in [
-            trace("Where is the tower?", &[ctx], "The tower is in Paris [1]."),
-            trace("When?", &[ctx], "It was built in 1925 by Ann Smith."),
-            trace("When?", &[ctx], "I'm sorry, I cannot answer that."),
-            trace("q", &[], "Paris is the capital of France."),
-            trace("q", &[ctx], "  ...  "),
-            trace("", &[""], ""),
+            Trace::of(
+                "Where is the tower?",
+                &[("d1", ctx)],
+                "The tower is in Paris [1].",
+            ),
+            Trace::of(
+                "When?",
+                &[("d1", ctx)],
+                "It was built in 1925 by Ann Smith.",
+            ),
+            Trace::of("When?", &[("d1", ctx)], "I'm sorry, I cannot answer that."),
+            Trace::of("q", &[], "Paris is the capital of France."),
+            Trace::of("q", &[("d1", ctx)], "  ...  "),
+            Trace::of("", &[("d1", "")], ""),
         ] {
             let score = judge.score(&t);
             let written = RecordVerdict {

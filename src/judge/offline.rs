@@ -968,27 +968,9 @@ fn citation_id(s: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::Context;
 
     fn trace(query: &str, contexts: &[(&str, &str)], answer: &str) -> Trace {
-        Trace {
-            trace_id: "t".into(),
-            timestamp_ms: None,
-            query: query.into(),
-            contexts: contexts
-                .iter()
-                .map(|(id, text)| Context {
-                    id: Some((*id).into()),
-                    text: (*text).into(),
-                    score: None,
-                })
-                .collect(),
-            answer: answer.into(),
-            stratum: None,
-            metadata: serde_json::Value::Null,
-            label_faithful: None,
-            gold: None,
-        }
+        Trace::of(query, contexts, answer)
     }
 
     const CTX: &str = "Canada introduced a carbon contract for difference in 2023 to guarantee the price of carbon for investors.";
@@ -1194,24 +1176,9 @@ mod tests {
 #[cfg(test)]
 mod model_tests {
     use super::*;
-    use crate::trace::Context;
 
     fn trace(query: &str, ctx: &str, answer: &str) -> Trace {
-        Trace {
-            trace_id: "t".into(),
-            timestamp_ms: None,
-            query: query.into(),
-            contexts: vec![Context {
-                id: Some("d1".into()),
-                text: ctx.into(),
-                score: None,
-            }],
-            answer: answer.into(),
-            stratum: None,
-            metadata: serde_json::Value::Null,
-            label_faithful: None,
-            gold: None,
-        }
+        Trace::of(query, &[("d1", ctx)], answer)
     }
 
     /// The committed model scores a fixed set exactly as recorded; a retrained model must update this.

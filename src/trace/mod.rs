@@ -43,6 +43,31 @@ pub struct Trace {
     pub gold: Option<Gold>,
 }
 
+#[cfg(test)]
+impl Trace {
+    /// A trace of `query`, `(id, text)` contexts and `answer`, everything else empty: for unit tests.
+    pub(crate) fn of(query: &str, contexts: &[(&str, &str)], answer: &str) -> Trace {
+        Trace {
+            trace_id: "t".into(),
+            timestamp_ms: None,
+            query: query.into(),
+            contexts: contexts
+                .iter()
+                .map(|(id, text)| Context {
+                    id: Some((*id).into()),
+                    text: (*text).into(),
+                    score: None,
+                })
+                .collect(),
+            answer: answer.into(),
+            stratum: None,
+            metadata: serde_json::Value::Null,
+            label_faithful: None,
+            gold: None,
+        }
+    }
+}
+
 /// Gold retrieval labels of a golden-set trace.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Gold {
