@@ -354,8 +354,6 @@ pub struct Scratch {
     tokenizer: Tokenizer,
     answer: AnswerIndex,
     query: QueryIndex,
-    /// One context's tokens at a time.
-    context: Vec<Token>,
     /// The answer, ASCII-lowercased, for the phrase automaton.
     lower: Vec<u8>,
 }
@@ -366,9 +364,7 @@ impl Scratch {
     const KEEP_TOKENS: usize = 1 << 15;
 
     fn release_if_large(&mut self) {
-        if self.context.capacity() > Self::KEEP_TOKENS
-            || self.answer.tokens.capacity() > Self::KEEP_TOKENS
-        {
+        if self.answer.tokens.capacity() > Self::KEEP_TOKENS {
             *self = Scratch::default();
         }
     }
@@ -428,33 +424,41 @@ impl AnswerIndex {
         for span in &self.sentences {
             let sent = &self.tokens[span.clone()];
             for w in sent.windows(2) {
-                self.pairs.insert(bigram(&w[0], &w[1]), 0);
+                self.pairs.insert(bigram(w[0].hash, w[1].hash), 0);
             }
             for w in sent.windows(3) {
-                self.triples.insert(trigram(&w[0], &w[1], &w[2]), 0);
+                self.triples
+                    .insert(trigram(w[0].hash, w[1].hash, w[2].hash), 0);
             }
         }
     }
 
-    /// Marks what one context contains. `previous` holds the last two tokens of the contexts before
-    /// it: triples run across context boundaries (pairs do not), as they did when first trained.
-    fn mark(&mut self, context: &[Token], previous: &mut [Option<Token>; 2]) {
-        let mark = |set: &mut HashSet64, key: u64| {
-            if let Some(v) = set.value_mut(key) {
+    /// Marks what the next token of the contexts, `t`, shows the answer's sets. A pair or triple
+    /// holding a token that is not the answer's cannot be one of the answer's, so only runs of
+    /// answer tokens are hashed and looked up.
+    #[inline]
+    fn mark(&mut self, t: &Token, stream: &mut ContextStream) {
+        let mark = |set: &mut HashSet64, key: u64| match set.value_mut(key) {
+            Some(v) => {
                 *v |= IN_CONTEXT;
+                true
             }
+            None => false,
         };
-        for (k, t) in context.iter().enumerate() {
-            mark(&mut self.hashes, t.hash);
-            mark(&mut self.prefixes, t.prefix);
-            if k > 0 {
-                mark(&mut self.pairs, bigram(&context[k - 1], t));
+        let in_answer = mark(&mut self.hashes, t.hash);
+        mark(&mut self.prefixes, t.prefix);
+        if in_answer {
+            if let Some((b, true)) = stream.last[1] {
+                if !stream.context_start {
+                    mark(&mut self.pairs, bigram(b, t.hash));
+                }
+                if let Some((a, true)) = stream.last[0] {
+                    mark(&mut self.triples, trigram(a, b, t.hash));
+                }
             }
-            if let [Some(a), Some(b)] = previous {
-                mark(&mut self.triples, trigram(a, b, t));
-            }
-            *previous = [previous[1], Some(*t)];
         }
+        stream.last = [stream.last[1], Some((t.hash, in_answer))];
+        stream.context_start = false;
     }
 
     fn in_context(set: &HashSet64, key: u64) -> bool {
@@ -515,7 +519,7 @@ impl AnswerIndex {
             s.weak += usize::from(support < 0.5);
             for w in sent.windows(2) {
                 s.pairs += 1;
-                if let Some(v) = self.pairs.value_mut(bigram(&w[0], &w[1])) {
+                if let Some(v) = self.pairs.value_mut(bigram(w[0].hash, w[1].hash)) {
                     if *v & IN_CONTEXT != 0 {
                         s.pairs_found += 1;
                     } else if *v & COUNTED == 0 {
@@ -528,7 +532,7 @@ impl AnswerIndex {
                 s.triples += 1;
                 s.triples_found += usize::from(Self::in_context(
                     &self.triples,
-                    trigram(&w[0], &w[1], &w[2]),
+                    trigram(w[0].hash, w[1].hash, w[2].hash),
                 ));
             }
             s.max_novel = s.max_novel.max(novel_here);
@@ -537,6 +541,15 @@ impl AnswerIndex {
         }
         s
     }
+}
+
+/// Where the contexts' token stream is, for [`AnswerIndex::mark`]: the last two tokens' hashes and
+/// whether each is an answer token (triples run across context boundaries, pairs do not, as they
+/// did when first trained), and whether the next token starts a context.
+#[derive(Debug, Default)]
+struct ContextStream {
+    last: [Option<(u64, bool)>; 2],
+    context_start: bool,
 }
 
 /// Counts over the answer's sentences and tokens.
@@ -585,19 +598,23 @@ impl QueryIndex {
         (self.weighted, self.weights) = (0.0, 0.0);
     }
 
-    /// Marks the question terms the context at 0-based `rank` contains, and adds its relevance.
-    fn mark(&mut self, context: &[Token], rank: usize) {
-        // A question term counts once per context: its stamp records the last context it hit.
+    /// Marks a question term found in the context at 0-based `rank`; true the first time it is found
+    /// in that context (a term counts once per context: its stamp records the last context it hit).
+    #[inline]
+    fn mark(&mut self, t: &Token, rank: usize) -> bool {
         let stamp = rank as u32 + 1;
-        let mut hits = 0usize;
-        for t in context {
-            if let Some(seen) = self.hashes.value_mut(t.hash)
-                && *seen != stamp
-            {
+        match self.hashes.value_mut(t.hash) {
+            Some(seen) if *seen != stamp => {
                 *seen = stamp;
-                hits += 1;
+                true
             }
+            _ => false,
         }
+    }
+
+    /// Adds the relevance of the context at 0-based `rank`, which held `hits` distinct question
+    /// terms.
+    fn add_context(&mut self, rank: usize, hits: usize) {
         if !self.hashes.is_empty() {
             let w = 1.0 / (rank + 1) as f64;
             self.weighted += w * hits as f64 / self.hashes.len() as f64;
@@ -630,19 +647,22 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
         tokenizer,
         answer,
         query,
-        context,
         lower,
     } = scratch;
     answer.build(&trace.answer, tokenizer);
     query.build(&trace.query, tokenizer);
     let mut context_tokens = 0;
-    let mut previous = [None; 2];
+    let mut stream = ContextStream::default();
+    // The contexts stream through once, token by token, without being stored.
     for (rank, c) in trace.contexts.iter().enumerate() {
-        context.clear();
-        tokenizer.tokens(&c.text, context);
-        context_tokens += context.len();
-        answer.mark(context, &mut previous);
-        query.mark(context, rank);
+        stream.context_start = true;
+        let mut hits = 0;
+        tokenizer.each_token(&c.text, |t| {
+            context_tokens += 1;
+            answer.mark(&t, &mut stream);
+            hits += usize::from(query.mark(&t, rank));
+        });
+        query.add_context(rank, hits);
     }
     let stats = answer.stats(query);
     let phrases = Phrases::scan(&trace.answer, lower);

@@ -673,21 +673,34 @@ impl WordEntry {
 
 /// Words repeat (Zipf, and retrieved passages repeat each other), so the stopword check, the stem
 /// and both hashes of a word are memoised per worker, keyed by the lowercased word packed into a
-/// `u128` (words of up to 16 bytes; longer ones are computed each time). It only memoises a pure
-/// function, so it cannot change a score. Bounded: emptied when half full.
+/// `u128` (words of up to [`WordCache::MAX_LEN`] bytes; longer ones are computed each time). It only
+/// memoises a pure function, so it cannot change a score. Bounded: emptied when half full.
 #[derive(Debug, Clone)]
 struct WordCache {
-    keys: Vec<u128>,
-    entries: Vec<WordEntry>,
+    slots: Vec<CacheSlot>,
     used: usize,
 }
 
+/// One word of the cache: the packed word, whose unused 16th byte carries the stopword mark, and its
+/// two hashes. 32 bytes, aligned: a hit reads one cache line.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(align(32))]
+struct CacheSlot {
+    key: u128,
+    hash: u64,
+    prefix: u64,
+}
+
 impl WordCache {
-    /// 4,096 slots: about 160 KB per worker.
+    /// 4,096 slots: 128 KB per worker.
     const SLOTS: usize = 1 << 12;
+    /// Longest word cached: the 16th byte of a key is the stopword mark.
+    const MAX_LEN: usize = 15;
+    /// The stopword mark, in the top byte of a slot's key.
+    const STOPWORD: u128 = 1 << 127;
 
     fn get(&mut self, word: &[u8]) -> WordEntry {
-        if word.is_empty() || word.len() > 16 {
+        if word.is_empty() || word.len() > Self::MAX_LEN {
             return WordEntry::of(word);
         }
         self.get_packed(pack(word), word.len())
@@ -699,18 +712,27 @@ impl WordCache {
         (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize
     }
 
-    /// The entry of the word of `len` bytes packed in `key`. The hit is the hot path and is inlined
-    /// into the tokenizer's loop; the miss computes the entry out of line.
+    /// The entry of the word of `len` (1 to [`WordCache::MAX_LEN`]) bytes packed in `key`. The hit
+    /// is the hot path and is inlined into the tokenizer's loop; the miss computes the entry out of
+    /// line.
     #[inline(always)]
     fn get_packed(&mut self, key: u128, len: usize) -> WordEntry {
         let mask = Self::SLOTS - 1;
         let mut i = Self::home(key);
         loop {
-            match self.keys[i] {
-                k if k == key => return self.entries[i],
-                0 => return self.insert(key, len, i),
-                _ => i = (i + 1) & mask,
+            let slot = &self.slots[i];
+            if slot.key & !Self::STOPWORD == key {
+                return WordEntry {
+                    stopword: slot.key & Self::STOPWORD != 0,
+                    long: len >= 7,
+                    hash: slot.hash,
+                    prefix: slot.prefix,
+                };
             }
+            if slot.key == 0 {
+                return self.insert(key, len, i);
+            }
+            i = (i + 1) & mask;
         }
     }
 
@@ -721,12 +743,19 @@ impl WordCache {
         let entry = WordEntry::of(&key.to_le_bytes()[..len]);
         let mut i = empty;
         if self.used * 2 >= Self::SLOTS {
-            self.keys.fill(0);
+            self.slots.fill(CacheSlot::default());
             self.used = 0;
             i = Self::home(key);
         }
-        self.keys[i] = key;
-        self.entries[i] = entry;
+        self.slots[i] = CacheSlot {
+            key: if entry.stopword {
+                key | Self::STOPWORD
+            } else {
+                key
+            },
+            hash: entry.hash,
+            prefix: entry.prefix,
+        };
         self.used += 1;
         entry
     }
@@ -735,16 +764,74 @@ impl WordCache {
 impl Default for WordCache {
     fn default() -> Self {
         Self {
-            keys: vec![0; Self::SLOTS],
-            entries: vec![WordEntry::default(); Self::SLOTS],
+            slots: vec![CacheSlot::default(); Self::SLOTS],
             used: 0,
         }
+    }
+}
+
+/// Eight bytes at a time ("SWAR"): a `u64` of eight bytes, little-endian, and bit 7 of a byte as
+/// that byte's answer.
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// For eight bytes: which are word bytes (as [`CLASS`]'s `WORD`: ASCII letters and digits, the
+/// apostrophe, every non-ASCII byte), and which of those are not plain (the apostrophe and non-ASCII
+/// bytes), as bit 7 of each byte. Each comparison is an add that carries into bit 7 exactly when a
+/// 7-bit byte is at or above a bound; no byte's sum reaches bit 8, so bytes never disturb each other.
+#[inline(always)]
+fn classify8(x: u64) -> (u64, u64) {
+    let at_least = |v: u64, bound: u8| v + (0x80 - u64::from(bound)) * ONES;
+    let high = x & HIGH;
+    let ascii = x & !HIGH;
+    let lower = ascii | (0x20 * ONES);
+    let letter = at_least(lower, b'a') & !at_least(lower, b'z' + 1);
+    let digit = at_least(ascii, b'0') & !at_least(ascii, b'9' + 1);
+    let not_apostrophe = ascii ^ (u64::from(b'\'') * ONES);
+    let apostrophe = !(at_least(not_apostrophe, 1) | not_apostrophe);
+    let special = (apostrophe & HIGH) | high;
+    (((letter | digit) & HIGH) | special, special)
+}
+
+/// The end of the word starting at `start` and whether it is plain (ASCII letters and digits only).
+/// Eight bytes a step, so the end costs one branch per word instead of one per byte, and the branch
+/// predictor no longer has to guess every word's length.
+#[inline(always)]
+fn word_end(bytes: &[u8], start: usize) -> (usize, bool) {
+    let mut pos = start;
+    let mut special = 0;
+    loop {
+        let mut chunk = [0u8; 8];
+        match bytes.get(pos..pos + 8) {
+            Some(c) => chunk.copy_from_slice(c),
+            None => {
+                let rest = &bytes[pos..];
+                chunk[..rest.len()].copy_from_slice(rest);
+            }
+        }
+        let (word, not_plain) = classify8(u64::from_le_bytes(chunk));
+        let stop = !word & HIGH;
+        if stop != 0 {
+            // Bit 7 of the first byte that is not a word byte is the lowest set bit of `stop`.
+            let first = stop.trailing_zeros() - 7;
+            special |= not_plain & ((1u64 << first) - 1);
+            return (pos + first as usize / 8, special == 0);
+        }
+        special |= not_plain;
+        pos += 8;
     }
 }
 
 impl Tokenizer {
     /// [`content_tokens`], reusing this tokenizer's buffers.
     pub fn tokens(&mut self, text: &str, out: &mut Vec<Token>) {
+        self.each_token(text, |t| out.push(t));
+    }
+
+    /// Calls `emit` with each content token of `text` in order, as [`Tokenizer::tokens`] would
+    /// append them, for callers that stream tokens rather than keep them.
+    #[inline]
+    pub fn each_token(&mut self, text: &str, mut emit: impl FnMut(Token)) {
         let Tokenizer { word, cache } = self;
         let mut sentence_start = true;
         let bytes = text.as_bytes();
@@ -771,7 +858,7 @@ impl Tokenizer {
                     i += 1;
                 }
                 let hash = xxh3_64(word);
-                out.push(Token {
+                emit(Token {
                     hash,
                     number: true,
                     name: false,
@@ -782,29 +869,21 @@ impl Tokenizer {
                 continue;
             }
             if class & WORD_START != 0 {
-                // One pass over the word: find its end and pack its lowercase form, which is the
-                // cache key whenever the word is plain (ASCII letters and digits, at most 16 bytes).
                 let start = i;
-                let mut classes = PLAIN;
-                while let Some(&b) = bytes.get(i) {
-                    let class = CLASS[usize::from(b)];
-                    if class & WORD == 0 {
-                        break;
-                    }
-                    classes &= class;
-                    i += 1;
-                }
+                let (end, plain) = word_end(bytes, start);
+                i = end;
                 let name = c.is_ascii_uppercase() && !sentence_start;
                 sentence_start = false;
-                let len = i - start;
-                if classes & PLAIN != 0 && len <= 16 {
+                let len = end - start;
+                if plain && len <= WordCache::MAX_LEN {
+                    // The packed lowercase word is the cache key.
                     let entry = cache.get_packed(pack_plain(bytes, start, len), len);
                     if !entry.stopword {
-                        out.push(entry.token(name));
+                        emit(entry.token(name));
                     }
                     continue;
                 }
-                let raw = &bytes[start..i];
+                let raw = &bytes[start..end];
                 word.clear();
                 if raw.is_ascii() {
                     word.extend(
@@ -814,7 +893,7 @@ impl Tokenizer {
                     );
                 } else {
                     let mut buf = [0u8; 4];
-                    for ch in text[start..i].chars().filter(|&ch| ch != '\'') {
+                    for ch in text[start..end].chars().filter(|&ch| ch != '\'') {
                         for lower in ch.to_lowercase() {
                             word.extend_from_slice(lower.encode_utf8(&mut buf).as_bytes());
                         }
@@ -825,7 +904,7 @@ impl Tokenizer {
                 }
                 let entry = cache.get(word);
                 if !entry.stopword {
-                    out.push(entry.token(name));
+                    emit(entry.token(name));
                 }
                 continue;
             }
@@ -895,14 +974,14 @@ fn stem_bytes(word: &[u8]) -> &[u8] {
         .unwrap_or(word)
 }
 
-/// The hash of a token pair.
-pub fn bigram(a: &Token, b: &Token) -> u64 {
-    a.hash.rotate_left(17) ^ b.hash.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// The hash of a token pair, from the tokens' hashes.
+pub fn bigram(a: u64, b: u64) -> u64 {
+    a.rotate_left(17) ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// The hash of a token triple.
-pub fn trigram(a: &Token, b: &Token, c: &Token) -> u64 {
-    a.hash.rotate_left(29) ^ b.hash.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.hash
+/// The hash of a token triple, from the tokens' hashes.
+pub fn trigram(a: u64, b: u64, c: u64) -> u64 {
+    a.rotate_left(29) ^ b.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c
 }
 
 #[cfg(test)]
@@ -1074,7 +1153,51 @@ mod tests {
         out
     }
 
+    /// The byte-at-a-time word scan that [`word_end`] replaced: the reference it must match.
+    fn reference_word_end(bytes: &[u8], start: usize) -> (usize, bool) {
+        let mut i = start;
+        let mut classes = PLAIN;
+        while let Some(&b) = bytes.get(i) {
+            let class = CLASS[usize::from(b)];
+            if class & WORD == 0 {
+                break;
+            }
+            classes &= class;
+            i += 1;
+        }
+        (i, classes & PLAIN != 0)
+    }
+
+    #[test]
+    fn word_scan_classifies_every_byte_as_the_table_does() {
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        for b in 0..=255u8 {
+            let chunk = u64::from_le_bytes([b, 0, b, b, 0, b, b, b]);
+            let (word, special) = classify8(chunk);
+            let class = CLASS[usize::from(b)];
+            assert_eq!(word & 0x80 != 0, class & WORD != 0, "{b}");
+            assert_eq!(special & 0x80 != 0, class & WORD != 0 && class & PLAIN == 0, "{b}");
+            assert_eq!(word & 0x8000, 0, "a zero byte is no word byte");
+            assert_eq!(word_end(&bytes, usize::from(b)), reference_word_end(&bytes, usize::from(b)));
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn word_scan_matches_the_reference(
+            text in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    b'a', b'Z', b'0', b'9', b'\'', b' ', b'.', b'@', b'[', b'`', b'{', b'/', b':',
+                    0xC3, 0xA9, 0x80, 0xFF, 0x00, b'-', b'_',
+                ]),
+                0..40,
+            ),
+            start in 0usize..40,
+        ) {
+            let start = start.min(text.len());
+            proptest::prop_assert_eq!(word_end(&text, start), reference_word_end(&text, start));
+        }
+
         #[test]
         fn sentences_match_the_reference(
             parts in proptest::collection::vec(
