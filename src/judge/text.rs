@@ -801,15 +801,11 @@ fn word_end(bytes: &[u8], start: usize) -> (usize, bool) {
     let mut pos = start;
     let mut special = 0;
     loop {
-        let mut chunk = [0u8; 8];
-        match bytes.get(pos..pos + 8) {
-            Some(c) => chunk.copy_from_slice(c),
-            None => {
-                let rest = &bytes[pos..];
-                chunk[..rest.len()].copy_from_slice(rest);
-            }
-        }
-        let (word, not_plain) = classify8(u64::from_le_bytes(chunk));
+        let chunk = match bytes[pos..].first_chunk::<8>() {
+            Some(c) => u64::from_le_bytes(*c),
+            None => load_tail(&bytes[pos..]),
+        };
+        let (word, not_plain) = classify8(chunk);
         let stop = !word & HIGH;
         if stop != 0 {
             // Bit 7 of the first byte that is not a word byte is the lowest set bit of `stop`.
@@ -820,6 +816,16 @@ fn word_end(bytes: &[u8], start: usize) -> (usize, bool) {
         special |= not_plain;
         pos += 8;
     }
+}
+
+/// The last bytes of a text, fewer than eight, zero padded. Out of line: inlined, the compiler
+/// merges it with the eight-byte load into one `memcpy` call of either length, for every word.
+#[cold]
+#[inline(never)]
+fn load_tail(rest: &[u8]) -> u64 {
+    let mut chunk = [0u8; 8];
+    chunk[..rest.len()].copy_from_slice(rest);
+    u64::from_le_bytes(chunk)
 }
 
 impl Tokenizer {
@@ -921,16 +927,19 @@ impl Tokenizer {
 /// set, which a 128-bit word does for all 16 bytes at once.
 #[inline]
 fn pack_plain(bytes: &[u8], start: usize, len: usize) -> u128 {
-    let raw = match bytes.get(start..start + 16) {
-        Some(chunk) => {
-            let mut buf = [0u8; 16];
-            buf.copy_from_slice(chunk);
-            u128::from_le_bytes(buf)
-        }
-        None => pack(&bytes[start..start + len]),
+    let raw = match bytes[start..].first_chunk::<16>() {
+        Some(chunk) => u128::from_le_bytes(*chunk),
+        None => pack_tail(&bytes[start..start + len]),
     };
     let word = raw & KEEP_BYTES[len];
     word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1)
+}
+
+/// [`pack`], out of line for the reason [`load_tail`] is.
+#[cold]
+#[inline(never)]
+fn pack_tail(word: &[u8]) -> u128 {
+    pack(word)
 }
 
 /// `KEEP_BYTES[n]` keeps the low `n` bytes of a `u128` (a table, because the shift for 16 would
