@@ -447,14 +447,12 @@ impl AnswerIndex {
         };
         let in_answer = mark(&mut self.hashes, t.hash);
         mark(&mut self.prefixes, t.prefix);
-        if in_answer {
-            if let Some((b, true)) = stream.last[1] {
-                if !stream.context_start {
-                    mark(&mut self.pairs, bigram(b, t.hash));
-                }
-                if let Some((a, true)) = stream.last[0] {
-                    mark(&mut self.triples, trigram(a, b, t.hash));
-                }
+        if in_answer && let Some((b, true)) = stream.last[1] {
+            if !stream.context_start {
+                mark(&mut self.pairs, bigram(b, t.hash));
+            }
+            if let Some((a, true)) = stream.last[0] {
+                mark(&mut self.triples, trigram(a, b, t.hash));
             }
         }
         stream.last = [stream.last[1], Some((t.hash, in_answer))];

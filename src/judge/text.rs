@@ -1185,9 +1185,16 @@ mod tests {
             let (word, special) = classify8(chunk);
             let class = CLASS[usize::from(b)];
             assert_eq!(word & 0x80 != 0, class & WORD != 0, "{b}");
-            assert_eq!(special & 0x80 != 0, class & WORD != 0 && class & PLAIN == 0, "{b}");
+            assert_eq!(
+                special & 0x80 != 0,
+                class & WORD != 0 && class & PLAIN == 0,
+                "{b}"
+            );
             assert_eq!(word & 0x8000, 0, "a zero byte is no word byte");
-            assert_eq!(word_end(&bytes, usize::from(b)), reference_word_end(&bytes, usize::from(b)));
+            assert_eq!(
+                word_end(&bytes, usize::from(b)),
+                reference_word_end(&bytes, usize::from(b))
+            );
         }
     }
 
