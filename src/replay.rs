@@ -19,76 +19,15 @@ use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::llm::LlmJudge;
-use crate::judge::{Citations, OfflineScore, Verdict};
-use crate::labels::{JudgeKind, Metric, PerMetric};
+use crate::judge::{OfflineScore, Verdict};
+use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
 use crate::source::read_line_bounded;
 
-/// One line of replay output.
-#[derive(Debug, Serialize)]
-pub struct VerdictRecord<'a> {
-    /// The trace id (absent when the line was rejected).
-    pub trace_id: Option<&'a str>,
-    /// The stratum (absent when rejected).
-    pub stratum: Option<&'a str>,
-    /// Each metric's score, one key per metric.
-    #[serde(flatten)]
-    pub scores: PerMetric<Option<f64>>,
-    /// The judge.
-    pub judge: &'static str,
-    /// `judged`, `no_claims` or `rejected`.
-    pub status: &'static str,
-    /// Why, when not judged.
-    pub reason: Option<&'static str>,
-    /// Line number in its file (1-based).
-    pub line: u64,
-    /// The human label, when the trace carries one.
-    pub label_faithful: Option<bool>,
-    /// The whole verdict (refusal, uncertainty, citations, judge details).
-    pub details: Option<RecordVerdict<'a>>,
-}
+mod record;
 
-/// A verdict as its record writes it: [`Verdict`]'s serialisation, except that an offline verdict's
-/// `details` are written straight from the judge's scores ([`OfflineScore::details_ref`]), the same
-/// bytes without building the JSON object (which cost more than writing it).
-#[derive(Debug, Clone, Copy)]
-pub struct RecordVerdict<'a> {
-    /// The verdict.
-    pub verdict: &'a Verdict,
-    /// The offline judge's scores behind it, when it is the offline verdict (its `details` left
-    /// `null`).
-    pub offline: Option<&'a OfflineScore>,
-}
-
-impl Serialize for RecordVerdict<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let v = self.verdict;
-        match self.offline {
-            None => v.serialize(s),
-            Some(score) => VerdictFields {
-                judge: v.judge,
-                scores: v.scores,
-                refusal: v.refusal,
-                uncertain: v.uncertain,
-                citations: v.citations,
-                details: score.details_ref(),
-            }
-            .serialize(s),
-        }
-    }
-}
-
-/// [`Verdict`]'s fields in its order, with `details` of another type (a test holds the two alike).
-#[derive(Serialize)]
-struct VerdictFields<D> {
-    judge: JudgeKind,
-    #[serde(flatten)]
-    scores: PerMetric<Option<f64>>,
-    refusal: bool,
-    uncertain: bool,
-    citations: Citations,
-    details: D,
-}
+use record::Records;
+pub use record::{RecordVerdict, VerdictRecord};
 
 /// Per-stratum figures of a replay.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -297,10 +236,7 @@ pub async fn replay_with_labels(
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
-    let mut records = Records {
-        out,
-        line: Vec::with_capacity(4096),
-    };
+    let mut records = Records::new(out);
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {
         ks: ks.to_vec(),
@@ -394,7 +330,7 @@ pub async fn replay_with_labels(
         join.joined = join.seen.len() as u64;
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
-    records.out.flush()?;
+    records.flush()?;
     Ok(summary)
 }
 
@@ -629,23 +565,6 @@ fn write_record(
     records.write(&record)
 }
 
-/// Where the verdict records go: each is serialised into a reused buffer and written in one call,
-/// rather than in the serialiser's many small writes through `dyn Write`.
-struct Records<'a> {
-    out: &'a mut dyn Write,
-    line: Vec<u8>,
-}
-
-impl Records<'_> {
-    /// Writes `record` and a newline.
-    fn write(&mut self, record: &VerdictRecord<'_>) -> std::io::Result<()> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, record)?;
-        self.line.push(b'\n');
-        self.out.write_all(&self.line)
-    }
-}
-
 impl Summary {
     /// Keeps a labelled trace's score by `verdict`'s judge for the audit.
     fn keep_for_audit(
@@ -784,45 +703,5 @@ impl Summary {
         }
         t.push('\n');
         t
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::trace::Trace;
-
-    /// The record's offline verdict, written from the scores, is byte for byte the verdict with
-    /// its `details` JSON object.
-    #[test]
-    fn offline_record_verdict_writes_the_verdicts_bytes() {
-        let judge = crate::judge::OfflineJudge::default();
-        let ctx = "The Eiffel Tower is in Paris. It was completed in 1889 [doc_1].";
-        for t in [
-            Trace::of(
-                "Where is the tower?",
-                &[("d1", ctx)],
-                "The tower is in Paris [1].",
-            ),
-            Trace::of(
-                "When?",
-                &[("d1", ctx)],
-                "It was built in 1925 by Ann Smith.",
-            ),
-            Trace::of("When?", &[("d1", ctx)], "I'm sorry, I cannot answer that."),
-            Trace::of("q", &[], "Paris is the capital of France."),
-            Trace::of("q", &[("d1", ctx)], "  ...  "),
-            Trace::of("", &[("d1", "")], ""),
-        ] {
-            let score = judge.score(&t);
-            let written = RecordVerdict {
-                verdict: &score.verdict_without_details(),
-                offline: Some(&score),
-            };
-            assert_eq!(
-                serde_json::to_string(&written).unwrap(),
-                serde_json::to_string(&score.verdict()).unwrap()
-            );
-        }
     }
 }
