@@ -13,7 +13,6 @@ use std::sync::Arc;
 use futures::{SinkExt, StreamExt};
 
 use serde::Serialize;
-use tokio::io::{AsyncBufRead, BufReader};
 
 use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
@@ -22,10 +21,11 @@ use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
 use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
-use crate::source::read_line_bounded;
 
+mod lines;
 mod record;
 
+use lines::{for_each_line, for_each_line_blocking};
 use record::Records;
 pub use record::{RecordVerdict, VerdictRecord};
 
@@ -268,7 +268,8 @@ pub async fn replay_with_labels(
     let keep = config.decode.max_message_bytes.saturating_add(1);
     match llm {
         None => {
-            for_each_line(files, keep, progress.as_ref(), async |buf, line| {
+            // Nothing else runs meanwhile: the lines are read with blocking reads.
+            for_each_line_blocking(files, keep, progress.as_ref(), |buf, line| {
                 summary.lines += 1;
                 let (eval, offline) = pipeline.evaluate(buf);
                 let extra = Extra::default();
@@ -281,8 +282,7 @@ pub async fn replay_with_labels(
                     &judged,
                     &mut records,
                 )
-            })
-            .await?;
+            })?;
         }
         Some(judge) => {
             let mode = judge.resolve_structured_output().await;
@@ -339,39 +339,6 @@ struct Judged<'a> {
     threshold: f64,
     llm_threshold: f64,
     labels: Option<&'a ReplayLabels>,
-}
-
-/// Calls `f` with every non-blank line of `files` (`-` is stdin) and its 1-based line number in
-/// its file; lines longer than `keep` bytes are cut there (the decoder rejects them as too large).
-async fn for_each_line(
-    files: &[PathBuf],
-    keep: usize,
-    progress: Option<&indicatif::ProgressBar>,
-    mut f: impl AsyncFnMut(&[u8], u64) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(8192);
-    for file in files {
-        let mut reader: Box<dyn AsyncBufRead + Unpin> = if file.as_os_str() == "-" {
-            Box::new(BufReader::new(tokio::io::stdin()))
-        } else {
-            Box::new(BufReader::with_capacity(
-                256 * 1024,
-                tokio::fs::File::open(file).await?,
-            ))
-        };
-        let mut line = 0u64;
-        while let Some(len) = read_line_bounded(&mut reader, &mut buf, keep).await? {
-            line += 1;
-            if let Some(bar) = progress {
-                bar.inc(len as u64 + 1);
-            }
-            if buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            f(&buf, line).await?;
-        }
-    }
-    Ok(())
 }
 
 /// Traces started ahead of the oldest unwritten one, per worker, at most: bounds the memory a slow
@@ -463,7 +430,7 @@ fn write_record(
         Ok(trace) if eval.verdict.is_none() => {
             summary.keep_for_audit(trace, extra.offline.as_ref(), None);
             let stratum = shared.stratifier.name(eval.stratum);
-            let s = summary.strata.entry(stratum.to_owned()).or_default();
+            let s = summary.stratum(stratum);
             s.traces += 1;
             s.skipped += 1;
             VerdictRecord {
@@ -483,16 +450,14 @@ fn write_record(
             summary.keep_for_audit(trace, extra.offline.as_ref(), None);
             summary.keep_for_audit(trace, Some(verdict), extra.reversed);
             let stratum = shared.stratifier.name(eval.stratum);
-            let ks = summary.ks.clone();
-            let s = summary.strata.entry(stratum.to_owned()).or_default();
-            s.traces += 1;
-            if let Some(gold) = &trace.gold {
+            let retrieval = trace.gold.as_ref().and_then(|gold| {
                 let ranked: Vec<Option<&str>> =
                     trace.contexts.iter().map(|c| c.id.as_deref()).collect();
-                if let Some(r) = retrieval_scores(&ranked, gold, &ks) {
-                    s.retrieval.push(r);
-                }
-            }
+                retrieval_scores(&ranked, gold, &summary.ks)
+            });
+            let s = summary.stratum(stratum);
+            s.traces += 1;
+            s.retrieval.extend(retrieval);
             let usage = &trace.metadata["usage"];
             if let (Some(p), c) = (
                 usage["prompt_tokens"].as_f64(),
@@ -566,6 +531,17 @@ fn write_record(
 }
 
 impl Summary {
+    /// The figures of the stratum named `name`, started when it is new (its name copied only then).
+    fn stratum(&mut self, name: &str) -> &mut StratumSummary {
+        if !self.strata.contains_key(name) {
+            self.strata
+                .insert(name.to_owned(), StratumSummary::default());
+        }
+        self.strata
+            .get_mut(name)
+            .expect("inserted above when missing")
+    }
+
     /// Keeps a labelled trace's score by `verdict`'s judge for the audit.
     fn keep_for_audit(
         &mut self,
