@@ -127,6 +127,30 @@ fn value<T: Serialize + ?Sized>(buf: &mut Vec<u8>, v: &T) -> serde_json::Result<
     v.serialize(&mut serde_json::Serializer::new(buf))
 }
 
+/// Writes `v` as serde_json writes it; 0 and 1, half of an offline record's numbers, from their
+/// bytes (a test holds them to serde_json's).
+fn number(buf: &mut Vec<u8>, v: f64) -> serde_json::Result<()> {
+    if v.to_bits() == 0f64.to_bits() {
+        buf.extend_from_slice(b"0.0");
+    } else if v == 1.0 {
+        buf.extend_from_slice(b"1.0");
+    } else {
+        value(buf, &v)?;
+    }
+    Ok(())
+}
+
+/// A score as serde_json writes it.
+fn score(buf: &mut Vec<u8>, v: Option<f64>) -> serde_json::Result<()> {
+    match v {
+        Some(v) => number(buf, v),
+        None => {
+            buf.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
+}
+
 impl<'a> Records<'a> {
     /// Records written to `out`.
     pub(super) fn new(out: &'a mut dyn Write) -> Self {
@@ -182,8 +206,8 @@ impl<'a> Records<'a> {
             None => b.extend_from_slice(b"null"),
             Some(RecordVerdict {
                 verdict: v,
-                offline: Some(score),
-            }) => put_offline_verdict(b, &self.keys, v, score)?,
+                offline: Some(offline),
+            }) => put_offline_verdict(b, &self.keys, v, offline)?,
             Some(other) => value(b, &other)?,
         }
         b.push(b'}');
@@ -207,19 +231,19 @@ fn put_scores(
     keys: &Keys,
     scores: &PerMetric<Option<f64>>,
 ) -> serde_json::Result<()> {
-    for ((_, score), key) in scores.iter().zip(&keys.metrics) {
+    for ((_, &v), key) in scores.iter().zip(&keys.metrics) {
         b.extend_from_slice(key);
-        value(b, score)?;
+        score(b, v)?;
     }
     Ok(())
 }
 
-/// An offline verdict as [`RecordVerdict`] serialises it, its details from `score`.
+/// An offline verdict as [`RecordVerdict`] serialises it, its details from `offline`.
 fn put_offline_verdict(
     b: &mut Vec<u8>,
     keys: &Keys,
     v: &Verdict,
-    score: &OfflineScore,
+    offline: &OfflineScore,
 ) -> serde_json::Result<()> {
     b.extend_from_slice(br#"{"judge":"#);
     value(b, &v.judge)?;
@@ -233,13 +257,13 @@ fn put_offline_verdict(
     b.extend_from_slice(br#","valid":"#);
     value(b, &v.citations.valid)?;
     b.extend_from_slice(br#"},"details":{"features":{"#);
-    let features = score.extraction.features.to_vec();
+    let features = offline.extraction.features.to_vec();
     for (i, key) in &keys.features {
         b.extend_from_slice(key);
-        value(b, &features[*i])?;
+        number(b, features[*i])?;
     }
     b.extend_from_slice(br#"},"sentences":"#);
-    value(b, &score.extraction.sentences)?;
+    value(b, &offline.extraction.sentences)?;
     b.extend_from_slice(b"}}");
     Ok(())
 }
@@ -286,6 +310,37 @@ mod tests {
                 serde_json::to_string(&written).unwrap(),
                 serde_json::to_string(&score.verdict()).unwrap()
             );
+        }
+    }
+
+    /// Numbers are written as serde_json writes them, 0 and 1 included.
+    #[test]
+    fn numbers_are_serde_jsons() {
+        for v in [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            1e-300,
+            1e300,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            let mut b = Vec::new();
+            number(&mut b, v).unwrap();
+            assert_eq!(
+                String::from_utf8(b).unwrap(),
+                serde_json::to_string(&v).unwrap()
+            );
+            for v in [Some(v), None] {
+                let mut b = Vec::new();
+                score(&mut b, v).unwrap();
+                assert_eq!(
+                    String::from_utf8(b).unwrap(),
+                    serde_json::to_string(&v).unwrap()
+                );
+            }
         }
     }
 
