@@ -5,6 +5,8 @@
 //! Every way a message can be wrong maps to one [`RejectReason`], a small closed set used as the
 //! `reason` label of `ragwatch_traces_rejected_total`; the human-readable detail goes to the log only.
 
+mod shortcut;
+
 use std::borrow::Cow;
 
 use serde::Deserialize;
@@ -140,6 +142,31 @@ struct NativeTrace<'a> {
     relevant_ids: Option<Vec<String>>,
     #[serde(default)]
     relevance: Option<std::collections::BTreeMap<String, f64>>,
+}
+
+impl NativeTrace<'_> {
+    /// The trace these fields make.
+    fn into_trace(self) -> Trace {
+        let timestamp_ms = match self.timestamp {
+            Some(Timestamp::Text(s)) => rfc3339_ms(&s),
+            Some(Timestamp::Int(ms)) => Some(ms),
+            Some(Timestamp::Other) | None => None,
+        };
+        Trace {
+            trace_id: self.trace_id.into_owned(),
+            timestamp_ms,
+            query: self.query.into_owned(),
+            contexts: self.contexts.0,
+            answer: self.answer.into_owned(),
+            stratum: self.stratum.map(Cow::into_owned),
+            metadata: self.metadata.unwrap_or(Value::Null),
+            label_faithful: self.label_faithful,
+            gold: (self.relevant_ids.is_some() || self.relevance.is_some()).then(|| super::Gold {
+                relevant_ids: self.relevant_ids.unwrap_or_default(),
+                relevance: self.relevance.unwrap_or_default(),
+            }),
+        }
+    }
 }
 
 /// The `timestamp` field as far as [`timestamp_ms`] reads it: a string (borrowed when it has no
@@ -454,28 +481,11 @@ impl Decoder {
     }
 
     fn decode_native(&self, text: &str) -> Result<Trace, DecodeError> {
-        let native: NativeTrace<'_> = serde_json::from_str(text).map_err(classify)?;
-        let timestamp_ms = match native.timestamp {
-            Some(Timestamp::Text(s)) => rfc3339_ms(&s),
-            Some(Timestamp::Int(ms)) => Some(ms),
-            Some(Timestamp::Other) | None => None,
+        let native: NativeTrace<'_> = match shortcut::native(text) {
+            Some(native) => native,
+            None => serde_json::from_str(text).map_err(classify)?,
         };
-        Ok(Trace {
-            trace_id: native.trace_id.into_owned(),
-            timestamp_ms,
-            query: native.query.into_owned(),
-            contexts: native.contexts.0,
-            answer: native.answer.into_owned(),
-            stratum: native.stratum.map(Cow::into_owned),
-            metadata: native.metadata.unwrap_or(Value::Null),
-            label_faithful: native.label_faithful,
-            gold: (native.relevant_ids.is_some() || native.relevance.is_some()).then(|| {
-                super::Gold {
-                    relevant_ids: native.relevant_ids.unwrap_or_default(),
-                    relevance: native.relevance.unwrap_or_default(),
-                }
-            }),
-        })
+        Ok(native.into_trace())
     }
 
     fn decode_mapped(&self, text: &str, m: &MappingConfig) -> Result<Trace, DecodeError> {
