@@ -15,8 +15,12 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::Value;
 
 use super::{Context, Contexts, NativeContext, NativeTrace, id_string};
+
+/// Nesting of objects the shortcut builds a `Value` of itself, at most.
+const MAX_OBJECT_DEPTH: usize = 8;
 
 /// Nesting the shortcut reads into a skipped value at most: well inside serde_json's limit of 128,
 /// so that a value it reads on its own could not have failed that limit in place.
@@ -90,7 +94,16 @@ impl<'a> Reader<'a> {
                             _ => self.value()?,
                         });
                     }
-                    "metadata" if metadata.is_none() => metadata = Some(self.value()?),
+                    "metadata" if metadata.is_none() => {
+                        let start = self.at;
+                        metadata = Some(match self.object(0) {
+                            Some(object) => Some(object),
+                            None => {
+                                self.at = start;
+                                self.value()?
+                            }
+                        });
+                    }
                     "label_faithful" if label_faithful.is_none() => {
                         label_faithful = Some(self.value()?);
                     }
@@ -155,6 +168,78 @@ impl<'a> Reader<'a> {
                 self.value()
             }
         }
+    }
+
+    /// An object of plain keys and plain strings, small unsigned integers, booleans, nulls and
+    /// such objects (nested at most [`MAX_OBJECT_DEPTH`] deep), as serde_json makes it a `Value`
+    /// (a repeated key keeps its last value); `None` for anything else.
+    fn object(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_OBJECT_DEPTH {
+            return None;
+        }
+        self.eat(b'{')?;
+        let mut map = serde_json::Map::new();
+        self.skip_space();
+        if self.peek()? != b'}' {
+            loop {
+                self.skip_space();
+                let key = self.plain_string()?;
+                self.eat(b':')?;
+                self.skip_space();
+                let value = match self.peek()? {
+                    b'"' => Value::String(self.plain_string()?.to_owned()),
+                    b'{' => self.object(depth + 1)?,
+                    b'0'..=b'9' => Value::Number(self.small_integer()?.into()),
+                    b't' => self.word("true", Value::Bool(true))?,
+                    b'f' => self.word("false", Value::Bool(false))?,
+                    b'n' => self.word("null", Value::Null)?,
+                    _ => return None,
+                };
+                map.insert(key.to_owned(), value);
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        Some(Value::Object(map))
+    }
+
+    /// An unsigned integer of at most 18 digits without a leading zero (so exactly a `u64`), ended
+    /// by a delimiter; `None` for any other number.
+    fn small_integer(&mut self) -> Option<u64> {
+        let rest = &self.bytes()[self.at..];
+        let len = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ends = matches!(
+            rest.get(len),
+            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+        );
+        if len == 0 || len > 18 || (len > 1 && rest[0] == b'0') || !ends {
+            return None;
+        }
+        let n = std::str::from_utf8(&rest[..len]).ok()?.parse().ok()?;
+        self.at += len;
+        Some(n)
+    }
+
+    /// `value` when the next bytes are `word` ended by a delimiter.
+    fn word(&mut self, word: &str, value: Value) -> Option<Value> {
+        let rest = &self.bytes()[self.at..];
+        let ends = matches!(
+            rest.get(word.len()),
+            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+        );
+        if !rest.starts_with(word.as_bytes()) || !ends {
+            return None;
+        }
+        self.at += word.len();
+        Some(value)
     }
 
     /// The next value, read on its own by serde_json as a `T`.
@@ -354,6 +439,8 @@ mod tests {
             r#"{"trace_id":"t\n","query":"\u00e9","contexts":["a\"b",{"id":7,"text":"c"},{"id":null,"text":"d","extra":[1]}],"answer":"a","stratum":null,"metadata":null,"timestamp":1795946400123,"label_faithful":null}"#,
             r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","label_spans":[{"start":1,"text":"é"}],"relevant_ids":["d"],"relevance":{"d":2}}"#,
             r#"{"trace_id":"t","query":"q","contexts":[{"text":"a","score":-0}],"answer":"a","timestamp":-5}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1,"a":"x","b":{"c":true,"d":false,"e":null,"f":{}},"g":0,"h":123456789012345678}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1234567890123456789012,"b":-1,"c":1.5,"d":[1],"e":"\n","f":18446744073709551615}}"#,
             // An ignored field is not read as a number: out of range is no error.
             r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","x":1e400}"#,
         ] {
@@ -384,6 +471,9 @@ mod tests {
             r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","x":tru}"#,
             r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","timestamp":[}"#,
             r#"{"trace_id":"t","query":"q","contexts":null,"answer":"a"}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":01}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":truex}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1,}}"#,
             &deep,
         ] {
             assert!(native(text).is_none(), "{text}");
