@@ -13,82 +13,21 @@ use std::sync::Arc;
 use futures::{SinkExt, StreamExt};
 
 use serde::Serialize;
-use tokio::io::{AsyncBufRead, BufReader};
 
 use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::llm::LlmJudge;
-use crate::judge::{Citations, OfflineScore, Verdict};
-use crate::labels::{JudgeKind, Metric, PerMetric};
+use crate::judge::{OfflineScore, Verdict};
+use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
-use crate::source::read_line_bounded;
 
-/// One line of replay output.
-#[derive(Debug, Serialize)]
-pub struct VerdictRecord<'a> {
-    /// The trace id (absent when the line was rejected).
-    pub trace_id: Option<&'a str>,
-    /// The stratum (absent when rejected).
-    pub stratum: Option<&'a str>,
-    /// Each metric's score, one key per metric.
-    #[serde(flatten)]
-    pub scores: PerMetric<Option<f64>>,
-    /// The judge.
-    pub judge: &'static str,
-    /// `judged`, `no_claims` or `rejected`.
-    pub status: &'static str,
-    /// Why, when not judged.
-    pub reason: Option<&'static str>,
-    /// Line number in its file (1-based).
-    pub line: u64,
-    /// The human label, when the trace carries one.
-    pub label_faithful: Option<bool>,
-    /// The whole verdict (refusal, uncertainty, citations, judge details).
-    pub details: Option<RecordVerdict<'a>>,
-}
+mod lines;
+mod record;
 
-/// A verdict as its record writes it: [`Verdict`]'s serialisation, except that an offline verdict's
-/// `details` are written straight from the judge's scores ([`OfflineScore::details_ref`]), the same
-/// bytes without building the JSON object (which cost more than writing it).
-#[derive(Debug, Clone, Copy)]
-pub struct RecordVerdict<'a> {
-    /// The verdict.
-    pub verdict: &'a Verdict,
-    /// The offline judge's scores behind it, when it is the offline verdict (its `details` left
-    /// `null`).
-    pub offline: Option<&'a OfflineScore>,
-}
-
-impl Serialize for RecordVerdict<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let v = self.verdict;
-        match self.offline {
-            None => v.serialize(s),
-            Some(score) => VerdictFields {
-                judge: v.judge,
-                scores: v.scores,
-                refusal: v.refusal,
-                uncertain: v.uncertain,
-                citations: v.citations,
-                details: score.details_ref(),
-            }
-            .serialize(s),
-        }
-    }
-}
-
-/// [`Verdict`]'s fields in its order, with `details` of another type (a test holds the two alike).
-#[derive(Serialize)]
-struct VerdictFields<D> {
-    judge: JudgeKind,
-    #[serde(flatten)]
-    scores: PerMetric<Option<f64>>,
-    refusal: bool,
-    uncertain: bool,
-    citations: Citations,
-    details: D,
-}
+use lines::{for_each_line, for_each_line_blocking};
+use record::Records;
+pub use record::{RecordVerdict, VerdictRecord};
 
 /// Per-stratum figures of a replay.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -297,10 +236,7 @@ pub async fn replay_with_labels(
 ) -> std::io::Result<Summary> {
     let shared = Shared::new(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
-    let mut records = Records {
-        out,
-        line: Vec::with_capacity(4096),
-    };
+    let mut records = Records::new(out);
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {
         ks: ks.to_vec(),
@@ -332,7 +268,8 @@ pub async fn replay_with_labels(
     let keep = config.decode.max_message_bytes.saturating_add(1);
     match llm {
         None => {
-            for_each_line(files, keep, progress.as_ref(), async |buf, line| {
+            // Nothing else runs meanwhile: the lines are read with blocking reads.
+            for_each_line_blocking(files, keep, progress.as_ref(), |buf, line| {
                 summary.lines += 1;
                 let (eval, offline) = pipeline.evaluate(buf);
                 let extra = Extra::default();
@@ -345,8 +282,7 @@ pub async fn replay_with_labels(
                     &judged,
                     &mut records,
                 )
-            })
-            .await?;
+            })?;
         }
         Some(judge) => {
             let mode = judge.resolve_structured_output().await;
@@ -394,7 +330,7 @@ pub async fn replay_with_labels(
         join.joined = join.seen.len() as u64;
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
-    records.out.flush()?;
+    records.flush()?;
     Ok(summary)
 }
 
@@ -403,39 +339,6 @@ struct Judged<'a> {
     threshold: f64,
     llm_threshold: f64,
     labels: Option<&'a ReplayLabels>,
-}
-
-/// Calls `f` with every non-blank line of `files` (`-` is stdin) and its 1-based line number in
-/// its file; lines longer than `keep` bytes are cut there (the decoder rejects them as too large).
-async fn for_each_line(
-    files: &[PathBuf],
-    keep: usize,
-    progress: Option<&indicatif::ProgressBar>,
-    mut f: impl AsyncFnMut(&[u8], u64) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(8192);
-    for file in files {
-        let mut reader: Box<dyn AsyncBufRead + Unpin> = if file.as_os_str() == "-" {
-            Box::new(BufReader::new(tokio::io::stdin()))
-        } else {
-            Box::new(BufReader::with_capacity(
-                256 * 1024,
-                tokio::fs::File::open(file).await?,
-            ))
-        };
-        let mut line = 0u64;
-        while let Some(len) = read_line_bounded(&mut reader, &mut buf, keep).await? {
-            line += 1;
-            if let Some(bar) = progress {
-                bar.inc(len as u64 + 1);
-            }
-            if buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            f(&buf, line).await?;
-        }
-    }
-    Ok(())
 }
 
 /// Traces started ahead of the oldest unwritten one, per worker, at most: bounds the memory a slow
@@ -527,7 +430,7 @@ fn write_record(
         Ok(trace) if eval.verdict.is_none() => {
             summary.keep_for_audit(trace, extra.offline.as_ref(), None);
             let stratum = shared.stratifier.name(eval.stratum);
-            let s = summary.strata.entry(stratum.to_owned()).or_default();
+            let s = summary.stratum(stratum);
             s.traces += 1;
             s.skipped += 1;
             VerdictRecord {
@@ -547,16 +450,14 @@ fn write_record(
             summary.keep_for_audit(trace, extra.offline.as_ref(), None);
             summary.keep_for_audit(trace, Some(verdict), extra.reversed);
             let stratum = shared.stratifier.name(eval.stratum);
-            let ks = summary.ks.clone();
-            let s = summary.strata.entry(stratum.to_owned()).or_default();
-            s.traces += 1;
-            if let Some(gold) = &trace.gold {
+            let retrieval = trace.gold.as_ref().and_then(|gold| {
                 let ranked: Vec<Option<&str>> =
                     trace.contexts.iter().map(|c| c.id.as_deref()).collect();
-                if let Some(r) = retrieval_scores(&ranked, gold, &ks) {
-                    s.retrieval.push(r);
-                }
-            }
+                retrieval_scores(&ranked, gold, &summary.ks)
+            });
+            let s = summary.stratum(stratum);
+            s.traces += 1;
+            s.retrieval.extend(retrieval);
             let usage = &trace.metadata["usage"];
             if let (Some(p), c) = (
                 usage["prompt_tokens"].as_f64(),
@@ -629,24 +530,18 @@ fn write_record(
     records.write(&record)
 }
 
-/// Where the verdict records go: each is serialised into a reused buffer and written in one call,
-/// rather than in the serialiser's many small writes through `dyn Write`.
-struct Records<'a> {
-    out: &'a mut dyn Write,
-    line: Vec<u8>,
-}
-
-impl Records<'_> {
-    /// Writes `record` and a newline.
-    fn write(&mut self, record: &VerdictRecord<'_>) -> std::io::Result<()> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, record)?;
-        self.line.push(b'\n');
-        self.out.write_all(&self.line)
-    }
-}
-
 impl Summary {
+    /// The figures of the stratum named `name`, started when it is new (its name copied only then).
+    fn stratum(&mut self, name: &str) -> &mut StratumSummary {
+        if !self.strata.contains_key(name) {
+            self.strata
+                .insert(name.to_owned(), StratumSummary::default());
+        }
+        self.strata
+            .get_mut(name)
+            .expect("inserted above when missing")
+    }
+
     /// Keeps a labelled trace's score by `verdict`'s judge for the audit.
     fn keep_for_audit(
         &mut self,
@@ -784,45 +679,5 @@ impl Summary {
         }
         t.push('\n');
         t
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::trace::Trace;
-
-    /// The record's offline verdict, written from the scores, is byte for byte the verdict with
-    /// its `details` JSON object.
-    #[test]
-    fn offline_record_verdict_writes_the_verdicts_bytes() {
-        let judge = crate::judge::OfflineJudge::default();
-        let ctx = "The Eiffel Tower is in Paris. It was completed in 1889 [doc_1].";
-        for t in [
-            Trace::of(
-                "Where is the tower?",
-                &[("d1", ctx)],
-                "The tower is in Paris [1].",
-            ),
-            Trace::of(
-                "When?",
-                &[("d1", ctx)],
-                "It was built in 1925 by Ann Smith.",
-            ),
-            Trace::of("When?", &[("d1", ctx)], "I'm sorry, I cannot answer that."),
-            Trace::of("q", &[], "Paris is the capital of France."),
-            Trace::of("q", &[("d1", ctx)], "  ...  "),
-            Trace::of("", &[("d1", "")], ""),
-        ] {
-            let score = judge.score(&t);
-            let written = RecordVerdict {
-                verdict: &score.verdict_without_details(),
-                offline: Some(&score),
-            };
-            assert_eq!(
-                serde_json::to_string(&written).unwrap(),
-                serde_json::to_string(&score.verdict()).unwrap()
-            );
-        }
     }
 }

@@ -5,6 +5,8 @@
 //! Every way a message can be wrong maps to one [`RejectReason`], a small closed set used as the
 //! `reason` label of `ragwatch_traces_rejected_total`; the human-readable detail goes to the log only.
 
+mod shortcut;
+
 use std::borrow::Cow;
 
 use serde::Deserialize;
@@ -123,11 +125,11 @@ pub struct Decoder {
 struct NativeTrace<'a> {
     #[serde(borrow)]
     trace_id: Cow<'a, str>,
-    #[serde(default)]
-    timestamp: Option<Value>,
+    #[serde(default, borrow)]
+    timestamp: Option<Timestamp<'a>>,
     #[serde(borrow)]
     query: Cow<'a, str>,
-    contexts: Vec<NativeContext<'a>>,
+    contexts: Contexts,
     #[serde(borrow)]
     answer: Cow<'a, str>,
     #[serde(default, borrow)]
@@ -140,6 +142,124 @@ struct NativeTrace<'a> {
     relevant_ids: Option<Vec<String>>,
     #[serde(default)]
     relevance: Option<std::collections::BTreeMap<String, f64>>,
+}
+
+impl NativeTrace<'_> {
+    /// The trace these fields make.
+    fn into_trace(self) -> Trace {
+        let timestamp_ms = match self.timestamp {
+            Some(Timestamp::Text(s)) => rfc3339_ms(&s),
+            Some(Timestamp::Int(ms)) => Some(ms),
+            Some(Timestamp::Other) | None => None,
+        };
+        Trace {
+            trace_id: self.trace_id.into_owned(),
+            timestamp_ms,
+            query: self.query.into_owned(),
+            contexts: self.contexts.0,
+            answer: self.answer.into_owned(),
+            stratum: self.stratum.map(Cow::into_owned),
+            metadata: self.metadata.unwrap_or(Value::Null),
+            label_faithful: self.label_faithful,
+            gold: (self.relevant_ids.is_some() || self.relevance.is_some()).then(|| super::Gold {
+                relevant_ids: self.relevant_ids.unwrap_or_default(),
+                relevance: self.relevance.unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+/// The `timestamp` field as far as [`timestamp_ms`] reads it: a string (borrowed when it has no
+/// escapes), an integer, or anything else (read with the parser's full checks and dropped).
+enum Timestamp<'a> {
+    Text(Cow<'a, str>),
+    Int(i64),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Timestamp<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TimestampVisitor)
+    }
+}
+
+/// Reads any JSON value, with the parser calls `Value` made when it read the field, and keeps what
+/// [`timestamp_ms`] took from that `Value`: the string, or the number when `as_i64` gave one.
+struct TimestampVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TimestampVisitor {
+    type Value = Timestamp<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Timestamp::Text(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Timestamp::Text(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Timestamp::Int(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(i64::try_from(v).map_or(Timestamp::Other, Timestamp::Int))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Timestamp::Other)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Timestamp::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Timestamp::Other)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        FieldVisitor.visit_seq(seq).map(|_| Timestamp::Other)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        FieldVisitor.visit_map(map).map(|_| Timestamp::Other)
+    }
+}
+
+/// The contexts, each made a [`Context`] as it is read (no second vector).
+struct Contexts(Vec<Context>);
+
+impl<'de> Deserialize<'de> for Contexts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(ContextsVisitor)
+    }
+}
+
+struct ContextsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ContextsVisitor {
+    type Value = Contexts;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut contexts = Vec::new();
+        while let Some(c) = seq.next_element::<NativeContext<'de>>()? {
+            contexts.push(Context {
+                id: c.id.and_then(id_string),
+                text: c.text.into_owned(),
+                score: c.score.filter(|s| s.is_finite()),
+            });
+        }
+        Ok(Contexts(contexts))
+    }
 }
 
 /// One retrieved context: a string, or an object with `text` and optional `id` and `score`.
@@ -361,32 +481,11 @@ impl Decoder {
     }
 
     fn decode_native(&self, text: &str) -> Result<Trace, DecodeError> {
-        let native: NativeTrace<'_> = serde_json::from_str(text).map_err(classify)?;
-        let contexts = native
-            .contexts
-            .into_iter()
-            .map(|c| Context {
-                id: c.id.and_then(id_string),
-                text: c.text.into_owned(),
-                score: c.score.filter(|s| s.is_finite()),
-            })
-            .collect();
-        Ok(Trace {
-            trace_id: native.trace_id.into_owned(),
-            timestamp_ms: native.timestamp.as_ref().and_then(timestamp_ms),
-            query: native.query.into_owned(),
-            contexts,
-            answer: native.answer.into_owned(),
-            stratum: native.stratum.map(Cow::into_owned),
-            metadata: native.metadata.unwrap_or(Value::Null),
-            label_faithful: native.label_faithful,
-            gold: (native.relevant_ids.is_some() || native.relevance.is_some()).then(|| {
-                super::Gold {
-                    relevant_ids: native.relevant_ids.unwrap_or_default(),
-                    relevance: native.relevance.unwrap_or_default(),
-                }
-            }),
-        })
+        let native: NativeTrace<'_> = match shortcut::native(text) {
+            Some(native) => native,
+            None => serde_json::from_str(text).map_err(classify)?,
+        };
+        Ok(native.into_trace())
     }
 
     fn decode_mapped(&self, text: &str, m: &MappingConfig) -> Result<Trace, DecodeError> {
@@ -539,12 +638,17 @@ fn id_string(v: Value) -> Option<String> {
 fn timestamp_ms(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64(),
-        Value::String(s) => humantime::parse_rfc3339_weak(s)
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_millis()).ok()),
+        Value::String(s) => rfc3339_ms(s),
         _ => None,
     }
+}
+
+/// RFC 3339 text (UTC `Z` form) as epoch milliseconds.
+fn rfc3339_ms(s: &str) -> Option<i64> {
+    humantime::parse_rfc3339_weak(s)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
 }
 
 /// The reject reason of a JSON parse error (OTLP JSON is read with the same classes).
@@ -799,6 +903,64 @@ mod tests {
                 }),
             ]
         })
+    }
+
+    /// The timestamp read by [`Timestamp`] is the one the `Value` it replaced gave, and a bad one
+    /// fails alike (reason and message).
+    #[test]
+    fn timestamp_reads_as_the_value_did() {
+        #[derive(Deserialize)]
+        struct ByValue {
+            #[serde(default)]
+            timestamp: Option<Value>,
+        }
+        #[derive(Deserialize)]
+        struct Visited<'a> {
+            #[serde(default, borrow)]
+            timestamp: Option<Timestamp<'a>>,
+        }
+        let err = |e: serde_json::Error| {
+            let e = classify(e);
+            format!("{}: {}", e.reason.as_str(), e.detail)
+        };
+        let deep = format!("{}1{}", "[".repeat(130), "]".repeat(130));
+        for ts in [
+            r#""2026-11-29T10:00:00Z""#,
+            r#""2026-11-29T10:00:00.123+02:00""#,
+            r#""2026\u002d11-29T10:00:00Z""#,
+            r#""garbage""#,
+            r#""1969-12-31T23:59:59Z""#,
+            "1795946400123",
+            "-5",
+            "-0",
+            "0",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551616",
+            "5.0",
+            "1e3",
+            "1e400",
+            "null",
+            "true",
+            "[1, {\"a\": [null]}]",
+            "{\"a\": 1, \"a\": \"b\"}",
+            &deep,
+            "tru",
+            r#""bad \x escape""#,
+        ] {
+            let json = format!(r#"{{"timestamp":{ts}}}"#);
+            let by_value = serde_json::from_str::<ByValue>(&json)
+                .map(|b| b.timestamp.as_ref().and_then(timestamp_ms))
+                .map_err(err);
+            let visited = serde_json::from_str::<Visited<'_>>(&json)
+                .map(|v| match v.timestamp {
+                    Some(Timestamp::Text(s)) => rfc3339_ms(&s),
+                    Some(Timestamp::Int(ms)) => Some(ms),
+                    Some(Timestamp::Other) | None => None,
+                })
+                .map_err(err);
+            assert_eq!(by_value, visited, "{ts}");
+        }
     }
 
     #[test]

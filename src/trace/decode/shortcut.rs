@@ -1,0 +1,654 @@
+//! The shortcut: a native trace read by hand when its message has the common shape, about three
+//! times cheaper than serde_json's pass over it (most of a trace is context text, which this finds
+//! the end of with `memchr` instead of reading it a word at a time).
+//!
+//! The shortcut only splits the message into its fields: the top-level object into keys and value
+//! slices, the `contexts` array into its elements. A string without escapes, a context `{"id":
+//! "..", "text": "..", "score": n}` or a bare string context it reads itself; every other value it
+//! hands, as its own slice, to serde_json with the field's own type (the type the full decode gives
+//! it), so what it reads is what the full decode reads. Anything it is not sure of (an escaped key,
+//! a repeated field, a missing one, nesting deeper than [`MAX_DEPTH`], a slice serde_json rejects,
+//! bytes after the object) makes it give up, and the full decode reads the message (and finds the
+//! error, if there is one).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+use super::{Context, Contexts, NativeContext, NativeTrace, id_string};
+
+/// Nesting of objects the shortcut builds a `Value` of itself, at most.
+const MAX_OBJECT_DEPTH: usize = 8;
+
+/// Nesting the shortcut reads into a skipped value at most: well inside serde_json's limit of 128,
+/// so that a value it reads on its own could not have failed that limit in place.
+const MAX_DEPTH: usize = 100;
+
+/// The trace in `text`, when it has the shape the shortcut reads; `None` sends it to the full
+/// decode.
+pub(super) fn native(text: &str) -> Option<NativeTrace<'_>> {
+    let mut r = Reader { text, at: 0 };
+    r.trace()
+}
+
+/// A place in a message.
+struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes().get(self.at).copied()
+    }
+
+    /// Moves past JSON whitespace.
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Moves past `byte`, after whitespace, if it is next.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// The top-level object.
+    fn trace(&mut self) -> Option<NativeTrace<'a>> {
+        let mut trace_id = None;
+        let mut timestamp = None;
+        let mut query = None;
+        let mut contexts = None;
+        let mut answer = None;
+        let mut stratum = None;
+        let mut metadata = None;
+        let mut label_faithful = None;
+        let mut relevant_ids = None;
+        let mut relevance = None;
+        self.eat(b'{')?;
+        self.skip_space();
+        if self.peek()? != b'}' {
+            loop {
+                self.skip_space();
+                let key = self.plain_string()?;
+                self.eat(b':')?;
+                self.skip_space();
+                // A repeated field (`Some` already) gives up: serde's derive rejects it.
+                match key {
+                    "trace_id" if trace_id.is_none() => trace_id = Some(self.string()?),
+                    "query" if query.is_none() => query = Some(self.string()?),
+                    "answer" if answer.is_none() => answer = Some(self.string()?),
+                    "contexts" if contexts.is_none() => contexts = Some(self.contexts()?),
+                    "timestamp" if timestamp.is_none() => timestamp = Some(self.value()?),
+                    "stratum" if stratum.is_none() => {
+                        stratum = Some(match self.peek()? {
+                            b'"' => Some(self.string()?),
+                            _ => self.value()?,
+                        });
+                    }
+                    "metadata" if metadata.is_none() => {
+                        let start = self.at;
+                        metadata = Some(match self.object(0) {
+                            Some(object) => Some(object),
+                            None => {
+                                self.at = start;
+                                self.value()?
+                            }
+                        });
+                    }
+                    "label_faithful" if label_faithful.is_none() => {
+                        label_faithful = Some(self.value()?);
+                    }
+                    "relevant_ids" if relevant_ids.is_none() => relevant_ids = Some(self.value()?),
+                    "relevance" if relevance.is_none() => relevance = Some(self.value()?),
+                    "trace_id" | "query" | "answer" | "contexts" | "timestamp" | "stratum"
+                    | "metadata" | "label_faithful" | "relevant_ids" | "relevance" => return None,
+                    _ => {
+                        self.value::<IgnoredAny>()?;
+                    }
+                }
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        self.skip_space();
+        if self.at != self.text.len() {
+            return None;
+        }
+        Some(NativeTrace {
+            trace_id: trace_id?,
+            timestamp: timestamp.flatten(),
+            query: query?,
+            contexts: contexts?,
+            answer: answer?,
+            stratum: stratum.flatten(),
+            metadata: metadata.flatten(),
+            label_faithful: label_faithful.flatten(),
+            relevant_ids: relevant_ids.flatten(),
+            relevance: relevance.flatten(),
+        })
+    }
+
+    /// A string without escapes or control characters, borrowed; `None` for anything else.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.at + 1;
+        let len = memchr::memchr2(b'"', b'\\', &self.bytes()[start..])?;
+        let end = start + len;
+        if self.bytes()[end] != b'"' || has_control(&self.bytes()[start..end]) {
+            return None;
+        }
+        self.at = end + 1;
+        // Both ends are ASCII quotes, so char boundaries of the (valid UTF-8) text.
+        self.text.get(start..end)
+    }
+
+    /// A string value: plain, or (escaped) read by serde_json.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let at = self.at;
+        match self.plain_string() {
+            Some(s) => Some(Cow::Borrowed(s)),
+            None => {
+                self.at = at;
+                self.value()
+            }
+        }
+    }
+
+    /// An object of plain keys and plain strings, small unsigned integers, booleans, nulls and
+    /// such objects (nested at most [`MAX_OBJECT_DEPTH`] deep), as serde_json makes it a `Value`
+    /// (a repeated key keeps its last value); `None` for anything else.
+    fn object(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_OBJECT_DEPTH {
+            return None;
+        }
+        self.eat(b'{')?;
+        let mut map = serde_json::Map::new();
+        self.skip_space();
+        if self.peek()? != b'}' {
+            loop {
+                self.skip_space();
+                let key = self.plain_string()?;
+                self.eat(b':')?;
+                self.skip_space();
+                let value = match self.peek()? {
+                    b'"' => Value::String(self.plain_string()?.to_owned()),
+                    b'{' => self.object(depth + 1)?,
+                    b'0'..=b'9' => Value::Number(self.small_integer()?.into()),
+                    b't' => self.word("true", Value::Bool(true))?,
+                    b'f' => self.word("false", Value::Bool(false))?,
+                    b'n' => self.word("null", Value::Null)?,
+                    _ => return None,
+                };
+                map.insert(key.to_owned(), value);
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        Some(Value::Object(map))
+    }
+
+    /// An unsigned integer of at most 18 digits without a leading zero (so exactly a `u64`), ended
+    /// by a delimiter; `None` for any other number.
+    fn small_integer(&mut self) -> Option<u64> {
+        let rest = &self.bytes()[self.at..];
+        let len = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ends = matches!(
+            rest.get(len),
+            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+        );
+        if len == 0 || len > 18 || (len > 1 && rest[0] == b'0') || !ends {
+            return None;
+        }
+        let n = std::str::from_utf8(&rest[..len]).ok()?.parse().ok()?;
+        self.at += len;
+        Some(n)
+    }
+
+    /// `value` when the next bytes are `word` ended by a delimiter.
+    fn word(&mut self, word: &str, value: Value) -> Option<Value> {
+        let rest = &self.bytes()[self.at..];
+        let ends = matches!(
+            rest.get(word.len()),
+            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+        );
+        if !rest.starts_with(word.as_bytes()) || !ends {
+            return None;
+        }
+        self.at += word.len();
+        Some(value)
+    }
+
+    /// The next value, read on its own by serde_json as a `T`.
+    fn value<T: Deserialize<'a>>(&mut self) -> Option<T> {
+        let start = self.at;
+        self.skip_value()?;
+        serde_json::from_str(self.text.get(start..self.at)?).ok()
+    }
+
+    /// The `contexts` array, each context made a [`Context`] as the full decode makes it.
+    fn contexts(&mut self) -> Option<Contexts> {
+        if self.peek()? != b'[' {
+            return None;
+        }
+        self.at += 1;
+        let mut contexts = Vec::new();
+        self.skip_space();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(Contexts(contexts));
+        }
+        loop {
+            self.skip_space();
+            let start = self.at;
+            let context = match self.context() {
+                Some(c) => c,
+                None => {
+                    self.at = start;
+                    let c: NativeContext<'a> = self.value()?;
+                    Context {
+                        id: c.id.and_then(id_string),
+                        text: c.text.into_owned(),
+                        score: c.score,
+                    }
+                }
+            };
+            contexts.push(Context {
+                score: context.score.filter(|s| s.is_finite()),
+                ..context
+            });
+            self.skip_space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(Contexts(contexts));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A context of the common shape: a plain string, or an object of plain `id` and `text` and a
+    /// number or null `score`, each at most once; `None` for anything else.
+    fn context(&mut self) -> Option<Context> {
+        if self.peek()? == b'"' {
+            return Some(Context {
+                id: None,
+                text: self.plain_string()?.to_owned(),
+                score: None,
+            });
+        }
+        self.eat(b'{')?;
+        let (mut id, mut text, mut score) = (None, None, None);
+        self.skip_space();
+        if self.peek()? != b'}' {
+            loop {
+                self.skip_space();
+                match self.plain_string()? {
+                    "id" if id.is_none() => {
+                        self.eat(b':')?;
+                        self.skip_space();
+                        id = Some(self.plain_string()?);
+                    }
+                    "text" if text.is_none() => {
+                        self.eat(b':')?;
+                        self.skip_space();
+                        text = Some(self.plain_string()?);
+                    }
+                    "score" if score.is_none() => {
+                        self.eat(b':')?;
+                        self.skip_space();
+                        score = Some(self.value::<Option<f64>>()?);
+                    }
+                    _ => return None,
+                }
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.at += 1;
+        Some(Context {
+            id: id.map(str::to_owned),
+            text: text?.to_owned(),
+            score: score.flatten(),
+        })
+    }
+
+    /// Moves past the next value without reading it: a string, an object or array (strings in it
+    /// skipped whole), or a scalar up to the next delimiter. serde_json reads the slice afterwards.
+    fn skip_value(&mut self) -> Option<()> {
+        let b = self.bytes();
+        let mut depth = 0usize;
+        loop {
+            match *b.get(self.at)? {
+                b'"' => self.skip_string()?,
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > MAX_DEPTH {
+                        return None;
+                    }
+                    self.at += 1;
+                }
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    self.at += 1;
+                }
+                _ if depth > 0 => self.at += 1,
+                _ => {
+                    let rest = &b[self.at..];
+                    let len = rest
+                        .iter()
+                        .position(|c| {
+                            matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+                        })
+                        .unwrap_or(rest.len());
+                    self.at += len.max(1);
+                }
+            }
+            if depth == 0 {
+                return Some(());
+            }
+        }
+    }
+
+    /// Moves past a string, escapes and all.
+    fn skip_string(&mut self) -> Option<()> {
+        let b = self.bytes();
+        let mut at = self.at + 1;
+        loop {
+            at += memchr::memchr2(b'"', b'\\', b.get(at..)?)?;
+            if b[at] == b'"' {
+                self.at = at + 1;
+                return Some(());
+            }
+            at += 2;
+        }
+    }
+}
+
+/// Whether `bytes` holds a control character, which a JSON string may not.
+fn has_control(bytes: &[u8]) -> bool {
+    // Eight bytes at a time: `(w - 0x20..) & !w` has a byte's top bit set where the first byte
+    // below 0x20 is (and perhaps above it), never without one.
+    const ONES: u64 = u64::MAX / 255;
+    let mut words = bytes.chunks_exact(8);
+    let mut below = 0u64;
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("chunks of 8 bytes"));
+        below |= w.wrapping_sub(ONES * 0x20) & !w;
+    }
+    below & (ONES * 0x80) != 0 || words.remainder().iter().any(|&b| b < 0x20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Trace;
+
+    /// What the full decode makes of `text` (the trace, or the error's reason).
+    fn full(text: &str) -> Result<Trace, &'static str> {
+        serde_json::from_str::<NativeTrace<'_>>(text)
+            .map(NativeTrace::into_trace)
+            .map_err(|e| super::super::classify(e).reason.as_str())
+    }
+
+    /// Whenever the shortcut reads a message, the full decode reads the same trace from it.
+    fn agrees(text: &str) -> bool {
+        match native(text) {
+            None => false,
+            Some(n) => {
+                assert_eq!(Ok(n.into_trace()), full(text), "{text}");
+                true
+            }
+        }
+    }
+
+    #[test]
+    fn reads_the_common_shape_as_the_full_decode_does() {
+        for text in [
+            r#"{"trace_id":"t","timestamp":"2026-11-29T10:00:00Z","query":"q?","contexts":[{"id":"d","text":"a b","score":0.9},"plain",{"text":"x","score":null},{"score":1,"text":"y","id":"e"}],"answer":"x","stratum":"head","metadata":{"model":"m","usage":{"prompt_tokens":120,"completion_tokens":30}},"label_faithful":true}"#,
+            r#" { "trace_id" : "t" , "query" : "q" , "contexts" : [ ] , "answer" : "" } "#,
+            r#"{"trace_id":"t\n","query":"\u00e9","contexts":["a\"b",{"id":7,"text":"c"},{"id":null,"text":"d","extra":[1]}],"answer":"a","stratum":null,"metadata":null,"timestamp":1795946400123,"label_faithful":null}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","label_spans":[{"start":1,"text":"é"}],"relevant_ids":["d"],"relevance":{"d":2}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[{"text":"a","score":-0}],"answer":"a","timestamp":-5}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1,"a":"x","b":{"c":true,"d":false,"e":null,"f":{}},"g":0,"h":123456789012345678}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1234567890123456789012,"b":-1,"c":1.5,"d":[1],"e":"\n","f":18446744073709551615}}"#,
+            // An ignored field is not read as a number: out of range is no error.
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","x":1e400}"#,
+        ] {
+            assert!(agrees(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn gives_up_on_what_the_full_decode_rejects() {
+        let deep = format!(
+            r#"{{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{}1{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for text in [
+            "",
+            "{}",
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a""#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a"} x"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a",}"#,
+            r#"{"trace_id":"t","trace_id":"u","query":"q","contexts":[],"answer":"a"}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[{"text":"a","text":"b"}],"answer":"a"}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[{"text":"a","score":"high"}],"answer":"a"}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[5],"answer":"a"}"#,
+            r#"{"trace_id":"t","query":3,"contexts":[],"answer":"a"}"#,
+            "{\"trace_id\":\"t\u{1}\",\"query\":\"q\",\"contexts\":[],\"answer\":\"a\"}",
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":1e400}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","x":tru}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","timestamp":[}"#,
+            r#"{"trace_id":"t","query":"q","contexts":null,"answer":"a"}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":01}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":truex}}"#,
+            r#"{"trace_id":"t","query":"q","contexts":[],"answer":"a","metadata":{"a":1,}}"#,
+            &deep,
+        ] {
+            assert!(native(text).is_none(), "{text}");
+            assert!(full(text).is_err(), "{text}");
+        }
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(r#""t""#.to_owned()),
+            Just(r#""a b c""#.to_owned()),
+            Just(r#""a\"b\u00e9\n""#.to_owned()),
+            Just(r#""bad \x escape""#.to_owned()),
+            Just("\"ctl\u{1}\"".to_owned()),
+            Just(r#""2026-11-29T10:00:00Z""#.to_owned()),
+            Just("7".to_owned()),
+            Just("-0".to_owned()),
+            Just("0.25".to_owned()),
+            Just("1e400".to_owned()),
+            Just("18446744073709551616".to_owned()),
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("nul".to_owned()),
+            Just("[]".to_owned()),
+            Just("{}".to_owned()),
+            Just(format!("{}1{}", "[".repeat(126), "]".repeat(126))),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let key = prop_oneof![
+                Just(r#""id""#),
+                Just(r#""text""#),
+                Just(r#""score""#),
+                Just(r#""te\u0078t""#),
+                Just(r#""model""#),
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec((key, inner), 0..5).prop_map(|entries| {
+                    let entries: Vec<String> =
+                        entries.iter().map(|(k, v)| format!("{k} : {v}")).collect();
+                    format!("{{{}}}", entries.join(", "))
+                }),
+            ]
+        })
+    }
+
+    #[test]
+    fn control_characters_are_found_anywhere() {
+        for len in 0..100 {
+            let plain = vec![b'a'; len];
+            assert!(!has_control(&plain));
+            for at in 0..len {
+                for c in [0u8, 0x1f, b'\n'] {
+                    let mut bytes = plain.clone();
+                    bytes[at] = c;
+                    assert!(has_control(&bytes), "{len} {at}");
+                }
+                let mut bytes = plain.clone();
+                bytes[at] = 0x20;
+                if at > 0 {
+                    bytes[at - 1] = 0xff;
+                }
+                assert!(!has_control(&bytes));
+            }
+        }
+    }
+
+    fn string() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => "[ !#-\\[\\]-~é]{0,12}".prop_map(|s| format!(r#""{s}""#)),
+            1 => Just(r#""a\"b\u00e9\n""#.to_owned()),
+            1 => Just("\"ctl\u{1f}\"".to_owned()),
+            1 => Just(r#""\ud800""#.to_owned()),
+            1 => Just("7".to_owned()),
+        ]
+    }
+
+    fn context() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let field = prop_oneof![
+            3 => string().prop_map(|s| format!(r#""text":{s}"#)),
+            2 => string().prop_map(|s| format!(r#""id":{s}"#)),
+            1 => Just(r#""id":null"#.to_owned()),
+            1 => Just(r#""id":7.5"#.to_owned()),
+            2 => Just(r#""score":0.5"#.to_owned()),
+            1 => Just(r#""score":null"#.to_owned()),
+            1 => Just(r#""score":-0"#.to_owned()),
+            1 => Just(r#""score":1e400"#.to_owned()),
+            1 => Just(r#""score":"high""#.to_owned()),
+            1 => value().prop_map(|v| format!(r#""other":{v}"#)),
+        ];
+        prop_oneof![
+            4 => proptest::collection::vec(field, 0..4)
+                .prop_map(|fields| format!("{{{}}}", fields.join(","))),
+            2 => string(),
+            1 => value(),
+        ]
+    }
+
+    fn message() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            3 => Just(r#""trace_id""#),
+            3 => Just(r#""query""#),
+            3 => Just(r#""answer""#),
+            3 => Just(r#""contexts""#),
+            1 => Just(r#""timestamp""#),
+            1 => Just(r#""stratum""#),
+            1 => Just(r#""metadata""#),
+            1 => Just(r#""label_faithful""#),
+            1 => Just(r#""relevant_ids""#),
+            1 => Just(r#""relevance""#),
+            1 => Just(r#""label_spans""#),
+            1 => Just(r#""quer\u0079""#),
+        ];
+        proptest::collection::vec((key, value()), 0..9).prop_map(|fields| {
+            let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            format!("{{{}}}", fields.join(","))
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn whatever_the_shortcut_reads_the_full_decode_reads_alike(
+            text in message(),
+            cut in proptest::option::of(0usize..300),
+        ) {
+            let mut text = text;
+            if let Some(cut) = cut.filter(|&c| c < text.len() && text.is_char_boundary(c)) {
+                text.truncate(cut);
+            }
+            agrees(&text);
+        }
+
+        #[test]
+        fn messages_with_the_required_fields_read_alike(
+            strings in proptest::collection::vec(string(), 3),
+            contexts in proptest::collection::vec(context(), 0..4),
+            extra in message(),
+        ) {
+            let extra = extra.trim_start_matches('{').trim_end_matches('}');
+            let message = format!(
+                r#"{{"trace_id":{},"query":{},"contexts":[{}],"answer":{}{}{extra}}}"#,
+                strings[0],
+                strings[1],
+                contexts.join(","),
+                strings[2],
+                if extra.is_empty() { "" } else { "," },
+            );
+            agrees(&message);
+        }
+
+        #[test]
+        fn plain_messages_take_the_shortcut(
+            ids in proptest::collection::vec("[a-z0-9_]{1,8}", 0..5),
+            text in "[ -~]{0,40}",
+            score in proptest::option::of(0.0f64..1.0),
+        ) {
+            let text = text.replace(['"', '\\'], "");
+            let contexts: Vec<String> = ids
+                .iter()
+                .map(|id| match score {
+                    Some(s) => format!(r#"{{"id":"{id}","text":"{text}","score":{s}}}"#),
+                    None => format!(r#""{text}""#),
+                })
+                .collect();
+            let message = format!(
+                r#"{{"trace_id":"t","query":"{text}","contexts":[{}],"answer":"{text}","metadata":{{"model":"m"}}}}"#,
+                contexts.join(",")
+            );
+            proptest::prop_assert!(agrees(&message), "{}", message);
+        }
+    }
+}
