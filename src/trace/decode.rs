@@ -866,12 +866,23 @@ mod tests {
         (untagged, visited)
     }
 
-    fn json_value() -> impl proptest::strategy::Strategy<Value = String> {
+    /// JSON values of the shapes the decoders meet (strings plain and escaped, bad escapes and
+    /// control characters, numbers in and out of range, bad literals, arrays nested `nesting` deep,
+    /// objects with context-like keys), written with or without spaces around `:` and `,`. Used by
+    /// the shortcut's tests too.
+    pub(super) fn json_value(
+        nesting: usize,
+        spaced: bool,
+    ) -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
             Just(r#""t""#.to_owned()),
+            Just(r#""a b c""#.to_owned()),
             Just(r#""a\"b\u00e9""#.to_owned()),
+            Just(r#""a\"b\u00e9\n""#.to_owned()),
             Just(r#""bad \x escape""#.to_owned()),
+            Just("\"ctl\u{1}\"".to_owned()),
+            Just(r#""2026-11-29T10:00:00Z""#.to_owned()),
             Just("7".to_owned()),
             Just("-0".to_owned()),
             Just("-3".to_owned()),
@@ -883,23 +894,27 @@ mod tests {
             Just("true".to_owned()),
             Just("[]".to_owned()),
             Just("{}".to_owned()),
-            Just(format!("{}1{}", "[".repeat(130), "]".repeat(130))),
+            Just(format!("{}1{}", "[".repeat(nesting), "]".repeat(nesting))),
         ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
+        let (colon, comma) = if spaced { (" : ", ", ") } else { (":", ",") };
+        leaf.prop_recursive(3, 24, 4, move |inner| {
             let key = prop_oneof![
                 Just(r#""id""#),
                 Just(r#""text""#),
                 Just(r#""score""#),
                 Just(r#""te\u0078t""#),
+                Just(r#""model""#),
                 Just(r#""other""#),
             ];
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..5)
                     .prop_map(|items| format!("[{}]", items.join(","))),
-                proptest::collection::vec((key, inner), 0..5).prop_map(|entries| {
-                    let entries: Vec<String> =
-                        entries.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                    format!("{{{}}}", entries.join(","))
+                proptest::collection::vec((key, inner), 0..5).prop_map(move |entries| {
+                    let entries: Vec<String> = entries
+                        .iter()
+                        .map(|(k, v)| format!("{k}{colon}{v}"))
+                        .collect();
+                    format!("{{{}}}", entries.join(comma))
                 }),
             ]
         })
@@ -989,7 +1004,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn context_visitor_matches_the_untagged_enum(
-            contexts in proptest::collection::vec(json_value(), 0..4),
+            contexts in proptest::collection::vec(json_value(130, false), 0..4),
             cut in proptest::option::of(0usize..400),
         ) {
             let mut json = format!(r#"{{"contexts":[{}]}}"#, contexts.join(", "));
