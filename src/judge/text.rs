@@ -634,6 +634,11 @@ pub struct Tokenizer {
     cache: WordCache,
 }
 
+/// A word of this many bytes or more is long ([`Token::long`]).
+fn is_long(len: usize) -> bool {
+    len >= 7
+}
+
 /// What a lowercased word becomes: nothing (a stopword), or a token's hash, prefix and length flag.
 #[derive(Debug, Clone, Copy, Default)]
 struct WordEntry {
@@ -664,7 +669,7 @@ impl WordEntry {
         let stem = stem_bytes(word);
         WordEntry {
             stopword: false,
-            long: word.len() >= 7,
+            long: is_long(word.len()),
             hash: xxh3_64(stem),
             prefix: xxh3_64(&stem[..prefix_len(stem)]) ^ 0x5f5f,
         }
@@ -724,7 +729,7 @@ impl WordCache {
             if slot.key & !Self::STOPWORD == key {
                 return WordEntry {
                     stopword: slot.key & Self::STOPWORD != 0,
-                    long: len >= 7,
+                    long: is_long(len),
                     hash: slot.hash,
                     prefix: slot.prefix,
                 };

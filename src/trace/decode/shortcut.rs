@@ -55,6 +55,20 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// After a member of an object or array: past a `,` and true when another follows, false at
+    /// `close` (left to the caller), `None` at anything else.
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.skip_space();
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                Some(true)
+            }
+            b if b == close => Some(false),
+            _ => None,
+        }
+    }
+
     /// Moves past `byte`, after whitespace, if it is next.
     fn eat(&mut self, byte: u8) -> Option<()> {
         self.skip_space();
@@ -115,11 +129,8 @@ impl<'a> Reader<'a> {
                         self.value::<IgnoredAny>()?;
                     }
                 }
-                self.skip_space();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => break,
-                    _ => return None,
+                if !self.more(b'}')? {
+                    break;
                 }
             }
         }
@@ -196,11 +207,8 @@ impl<'a> Reader<'a> {
                     _ => return None,
                 };
                 map.insert(key.to_owned(), value);
-                self.skip_space();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => break,
-                    _ => return None,
+                if !self.more(b'}')? {
+                    break;
                 }
             }
         }
@@ -280,14 +288,9 @@ impl<'a> Reader<'a> {
                 score: context.score.filter(|s| s.is_finite()),
                 ..context
             });
-            self.skip_space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(Contexts(contexts));
-                }
-                _ => return None,
+            if !self.more(b']')? {
+                self.at += 1;
+                return Some(Contexts(contexts));
             }
         }
     }
@@ -326,11 +329,8 @@ impl<'a> Reader<'a> {
                     }
                     _ => return None,
                 }
-                self.skip_space();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => break,
-                    _ => return None,
+                if !self.more(b'}')? {
+                    break;
                 }
             }
         }
