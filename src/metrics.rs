@@ -11,6 +11,7 @@
 
 pub mod exemplars;
 pub mod openmetrics;
+pub mod series;
 
 use std::sync::Arc;
 
@@ -21,10 +22,11 @@ use prometheus::{
 
 use crate::config::StructuredOutput;
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
-use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason};
+use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason, StratumId};
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 use exemplars::Exemplars;
+use series::{RANKS, StratumSeries, of_metric, rank_bucket, with};
 
 /// Why a judge call was sent again; label values of `ragwatch_judge_retries_total`. The first three
 /// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
@@ -175,6 +177,8 @@ pub struct Metrics {
     pub otlp_requests: IntCounterVec,
     /// The latest trace id per bucket of the score and judge-latency histograms.
     pub exemplars: Arc<Exemplars>,
+    /// The per-trace series of each stratum (by [`StratumId`]), kept once looked up.
+    series: Arc<[StratumSeries]>,
     /// Sums behind the correlation of score with answer length (words), by metric, stratum, judge
     /// and term (`n`, `x`, `y`, `xx`, `yy`, `xy`; x is the length, y the score).
     pub length_moments: CounterVec,
@@ -659,6 +663,7 @@ impl Metrics {
             ),
             registry: r,
             exemplars: Arc::new(exemplars),
+            series: strata.iter().map(|_| StratumSeries::default()).collect(),
         };
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
@@ -746,27 +751,146 @@ impl Metrics {
         LengthMoments { counters }
     }
 
-    /// Adds one trace's or pair's estimate sums to the exported terms.
-    pub fn add_estimate_terms(&self, metric: Metric, stratum: &str, sums: &EstimateSums) {
-        for (term, v) in EstimateSums::TERMS.iter().zip(sums.terms()) {
-            if v != 0.0 {
-                self.estimate_terms
-                    .with_label_values(&[metric.name(), stratum, term])
-                    .inc_by(v);
+    /// Counts one decoded trace of `stratum` (named `name`): the trace, its number of contexts,
+    /// and the retriever score of each context that has one, by rank.
+    pub fn count_received(
+        &self,
+        stratum: StratumId,
+        name: &str,
+        contexts: usize,
+        scores: impl Iterator<Item = Option<f64>>,
+    ) {
+        let series = self.series.get(stratum);
+        let received = series.map(|s| &s.received);
+        with(
+            received,
+            || self.traces_received.with_label_values(&[name]),
+            |c| c.inc(),
+        );
+        with(
+            series.map(|s| &s.contexts),
+            || self.contexts_retrieved.with_label_values(&[name]),
+            |h| h.observe(contexts as f64),
+        );
+        for (i, score) in scores.enumerate() {
+            if let Some(score) = score {
+                let rank = rank_bucket(i);
+                with(
+                    series.map(|s| &s.retrieval[rank]),
+                    || self.retrieval_score.with_label_values(&[name, RANKS[rank]]),
+                    |h| h.observe(score),
+                );
             }
         }
     }
 
-    /// Observes one score of `metric` with the trace it came from as the bucket's exemplar.
+    /// Counts one trace of `stratum` chosen for the sampled judge.
+    pub fn count_sampled(&self, stratum: StratumId, name: &str) {
+        with(
+            self.series.get(stratum).map(|s| &s.sampled),
+            || self.traces_sampled.with_label_values(&[name]),
+            |c| c.inc(),
+        );
+    }
+
+    /// Counts one verdict of `judge` on a trace of `stratum`: the verdict, a refusal, an answer
+    /// without claims, and (when it has any) its citations, valid and not.
+    pub fn count_verdict(
+        &self,
+        stratum: StratumId,
+        name: &str,
+        judge: JudgeKind,
+        refusal: bool,
+        no_claims: bool,
+        citations: Option<crate::judge::Citations>,
+    ) {
+        let series = self.series.get(stratum);
+        let js = series.and_then(|s| s.judge(judge));
+        let labels = [name, judge.name()];
+        with(
+            js.map(|j| &j.judged),
+            || self.traces_judged.with_label_values(&labels),
+            |c| c.inc(),
+        );
+        if refusal {
+            with(
+                js.map(|j| &j.refusals),
+                || self.refusals.with_label_values(&labels),
+                |c| c.inc(),
+            );
+        }
+        if no_claims {
+            with(
+                js.map(|j| &j.no_claims),
+                || self.no_claims.with_label_values(&labels),
+                |c| c.inc(),
+            );
+        }
+        if let Some(c) = citations {
+            for (i, (valid, n)) in [("true", c.valid), ("false", c.total - c.valid)]
+                .into_iter()
+                .enumerate()
+            {
+                with(
+                    series.map(|s| &s.citations[i]),
+                    || self.citations.with_label_values(&[name, valid]),
+                    |counter| counter.inc_by(u64::from(n)),
+                );
+            }
+        }
+    }
+
+    /// Adds one trace's or pair's estimate sums to the exported terms.
+    pub fn add_estimate_terms(
+        &self,
+        metric: Metric,
+        stratum: StratumId,
+        name: &str,
+        sums: &EstimateSums,
+    ) {
+        let cells = of_metric(self.series.get(stratum).map(|s| &s.estimate), metric);
+        for (i, (term, v)) in EstimateSums::TERMS.iter().zip(sums.terms()).enumerate() {
+            if v != 0.0 {
+                with(
+                    cells.map(|c| &c[i]),
+                    || {
+                        self.estimate_terms
+                            .with_label_values(&[metric.name(), name, term])
+                    },
+                    |c| c.inc_by(v),
+                );
+            }
+        }
+    }
+
+    /// Observes one score of `metric` by `judge` on a trace of `stratum`, with the trace as the
+    /// bucket's exemplar, and adds its square to the sum of squares.
+    #[allow(clippy::too_many_arguments)]
     pub fn observe_score(
         &self,
         metric: Metric,
-        labels: [&str; 2],
+        stratum: StratumId,
+        name: &str,
+        judge: JudgeKind,
         v: f64,
         trace_id: &str,
         now_ms: u64,
     ) {
-        self.scores[metric].with_label_values(&labels).observe(v);
+        let js = self.series.get(stratum).and_then(|s| s.judge(judge));
+        let labels = [name, judge.name()];
+        with(
+            of_metric(js.map(|j| &j.scores), metric),
+            || self.scores[metric].with_label_values(&labels),
+            |h| h.observe(v),
+        );
+        with(
+            of_metric(js.map(|j| &j.squares), metric),
+            || {
+                self.score_squares
+                    .with_label_values(&[metric.name(), name, judge.name()])
+            },
+            |c| c.inc_by(v * v),
+        );
         self.exemplars
             .record(metric.spec().histogram, &labels, v, trace_id, now_ms);
     }

@@ -192,22 +192,12 @@ impl Pipeline {
         // The label is borrowed from a clone of the Arc: no String per trace on the hot path.
         let stratifier = Arc::clone(&self.shared.stratifier);
         let s = stratifier.name(stratum);
-        m.traces_received.with_label_values(&[s]).inc();
-        m.contexts_retrieved
-            .with_label_values(&[s])
-            .observe(trace.contexts.len() as f64);
-        for (i, c) in trace.contexts.iter().enumerate() {
-            if let Some(score) = c.score {
-                let rank = match i {
-                    0 => "1",
-                    1 | 2 => "2-3",
-                    _ => "4+",
-                };
-                m.retrieval_score
-                    .with_label_values(&[s, rank])
-                    .observe(score);
-            }
-        }
+        m.count_received(
+            stratum,
+            s,
+            trace.contexts.len(),
+            trace.contexts.iter().map(|c| c.score),
+        );
         self.shared.record(stratum, &verdict, &trace, now);
         let (decision, probability) = self.sampler.decide_with_probability(
             stratum,
@@ -218,7 +208,7 @@ impl Pipeline {
         if !decision.sampled() {
             return Disposition::Done;
         }
-        m.traces_sampled.with_label_values(&[s]).inc();
+        m.count_sampled(stratum, s);
         let Some(tx) = &self.judge_tx else {
             return Disposition::Done;
         };

@@ -177,38 +177,28 @@ impl Shared {
     fn record_scores(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str, now: u64) {
         let m = &self.metrics;
         let s = self.stratifier.name(stratum);
-        let j = verdict.judge.name();
-        m.traces_judged.with_label_values(&[s, j]).inc();
-        if verdict.refusal {
-            m.refusals.with_label_values(&[s, j]).inc();
-        }
-        if verdict.faithfulness().is_none() {
-            m.no_claims.with_label_values(&[s, j]).inc();
-        }
-        if verdict.judge == JudgeKind::Offline && verdict.citations.total > 0 {
-            let c = verdict.citations;
-            m.citations
-                .with_label_values(&[s, "true"])
-                .inc_by(u64::from(c.valid));
-            m.citations
-                .with_label_values(&[s, "false"])
-                .inc_by(u64::from(c.total - c.valid));
-        }
+        let citations = (verdict.judge == JudgeKind::Offline && verdict.citations.total > 0)
+            .then_some(verdict.citations);
+        m.count_verdict(
+            stratum,
+            s,
+            verdict.judge,
+            verdict.refusal,
+            verdict.faithfulness().is_none(),
+            citations,
+        );
         let population = self.estimate && verdict.judge == JudgeKind::Offline;
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         for metric in Metric::ALL {
             let Some(v) = verdict.score(metric) else {
                 continue;
             };
-            m.observe_score(metric, [s, j], v, trace_id, now);
-            m.score_squares
-                .with_label_values(&[metric.name(), s, j])
-                .inc_by(v * v);
+            m.observe_score(metric, stratum, s, verdict.judge, v, trace_id, now);
             windows.record(metric, verdict.judge, stratum, v, now);
             if population {
                 let sums = EstimateSums::population(v);
                 windows.record_estimate(metric, stratum, &sums, now);
-                m.add_estimate_terms(metric, s, &sums);
+                m.add_estimate_terms(metric, stratum, s, &sums);
             }
         }
     }
@@ -235,7 +225,7 @@ impl Shared {
             if let (Some(y), Some(f)) = (verdict.score(metric), offline.score(metric)) {
                 let sums = EstimateSums::pair(y, f, probability);
                 windows.record_estimate(metric, stratum, &sums, now);
-                self.metrics.add_estimate_terms(metric, s, &sums);
+                self.metrics.add_estimate_terms(metric, stratum, s, &sums);
             }
         }
     }
