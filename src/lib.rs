@@ -55,7 +55,8 @@
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
 //!   diagnosis.
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and
-//!   judge-latency histograms, and the OpenMetrics exposition that carries them.
+//!   judge-latency histograms, the OpenMetrics exposition that carries them, and each stratum's
+//!   per-trace series, kept once looked up.
 //! - [`events`]: log-and-count call sites, rate-limited.
 //! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
 //!   same-family count too); the evaluator that exports windows and drift.
