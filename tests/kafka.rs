@@ -195,11 +195,18 @@ fn sigterm_mid_stream_then_restart_accounts_for_every_trace() {
     let group = unique("g");
     broker.create_topic(&topic, 3);
     let n = 3000i64;
-    produce(
-        &broker.brokers(),
-        &topic,
-        &gen_traces(3000, &["--seed", "5", "--pad", "1500"]),
-    );
+    // Produced over about six seconds, so the first run is stopped mid-stream however fast it
+    // reads (a stream produced up front was read whole before the first scrape could see it).
+    let traces = gen_traces(n as usize, &["--seed", "5", "--pad", "1500"]);
+    let producer = {
+        let (brokers, topic) = (broker.brokers(), topic.clone());
+        std::thread::spawn(move || {
+            for chunk in traces.chunks(100) {
+                produce(&brokers, &topic, chunk);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
 
     // Every trace goes through the sampled-judge queue too, so offsets wait for its acks.
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &group);
@@ -229,7 +236,11 @@ fn sigterm_mid_stream_then_restart_accounts_for_every_trace() {
         committed_first <= consumed_first,
         "committed {committed_first} > consumed {consumed_first}"
     );
-    assert!(consumed_first < n, "the first run was stopped mid-stream");
+    assert!(
+        !producer.is_finished() && consumed_first < n,
+        "the first run was stopped mid-stream"
+    );
+    producer.join().expect("the producer thread");
 
     let mut second = Ragwatch::start(config(), &env);
     wait_for("the rest of the stream", Duration::from_secs(120), || {
