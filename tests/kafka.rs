@@ -198,15 +198,13 @@ fn sigterm_mid_stream_then_restart_accounts_for_every_trace() {
     // Produced over about six seconds, so the first run is stopped mid-stream however fast it
     // reads (a stream produced up front was read whole before the first scrape could see it).
     let traces = gen_traces(n as usize, &["--seed", "5", "--pad", "1500"]);
-    let producer = {
-        let (brokers, topic) = (broker.brokers(), topic.clone());
-        std::thread::spawn(move || {
-            for chunk in traces.chunks(100) {
-                produce(&brokers, &topic, chunk);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })
-    };
+    let producer = produce_paced(
+        &broker.brokers(),
+        &topic,
+        traces,
+        100,
+        Duration::from_millis(200),
+    );
 
     // Every trace goes through the sampled-judge queue too, so offsets wait for its acks.
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &group);
@@ -280,15 +278,13 @@ fn a_replica_joins_and_leaves_mid_stream_without_losing_a_trace() {
     let n = 6000i64;
     let traces = gen_traces(n as usize, &["--seed", "13"]);
     // Produce over about 12 seconds so both replicas see the stream.
-    let producer = {
-        let (brokers, topic) = (broker.brokers(), topic.clone());
-        std::thread::spawn(move || {
-            for chunk in traces.chunks(500) {
-                produce(&brokers, &topic, chunk);
-                std::thread::sleep(Duration::from_millis(1000));
-            }
-        })
-    };
+    let producer = produce_paced(
+        &broker.brokers(),
+        &topic,
+        traces,
+        500,
+        Duration::from_millis(1000),
+    );
     let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &group);
     env.push(("RAGWATCH__JUDGE__SAMPLED", "offline".into()));
     env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "0.5".into()));

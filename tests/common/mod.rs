@@ -253,6 +253,24 @@ pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
     producer.flush(Duration::from_secs(30)).unwrap();
 }
 
+/// Produces `messages` on a thread of its own, `chunk` at a time with `pause` after each: a stream
+/// that keeps arriving while the test watches the consumer.
+pub fn produce_paced(
+    brokers: &str,
+    topic: &str,
+    messages: Vec<(String, Vec<u8>)>,
+    chunk: usize,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    std::thread::spawn(move || {
+        for part in messages.chunks(chunk) {
+            produce(&brokers, &topic, part);
+            std::thread::sleep(pause);
+        }
+    })
+}
+
 /// Each partition's committed offset for `group` (-1 when none) and its high watermark.
 pub fn committed_and_high(
     brokers: &str,
