@@ -26,7 +26,7 @@ use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason, Stra
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 use exemplars::Exemplars;
-use series::{RANKS, StratumSeries, of_metric, rank_bucket, with};
+use series::{RANKS, StratumSeries, rank_bucket, with};
 
 /// Why a judge call was sent again; label values of `ragwatch_judge_retries_total`. The first three
 /// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
@@ -848,7 +848,7 @@ impl Metrics {
         name: &str,
         sums: &EstimateSums,
     ) {
-        let cells = of_metric(self.series.get(stratum).map(|s| &s.estimate), metric);
+        let cells = self.series.get(stratum).map(|s| &s.estimate[metric]);
         for (i, (term, v)) in EstimateSums::TERMS.iter().zip(sums.terms()).enumerate() {
             if v != 0.0 {
                 with(
@@ -879,12 +879,12 @@ impl Metrics {
         let js = self.series.get(stratum).and_then(|s| s.judge(judge));
         let labels = [name, judge.name()];
         with(
-            of_metric(js.map(|j| &j.scores), metric),
+            js.map(|j| &j.scores[metric]),
             || self.scores[metric].with_label_values(&labels),
             |h| h.observe(v),
         );
         with(
-            of_metric(js.map(|j| &j.squares), metric),
+            js.map(|j| &j.squares[metric]),
             || {
                 self.score_squares
                     .with_label_values(&[metric.name(), name, judge.name()])

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use prometheus::{Counter, Histogram, IntCounter};
 
-use crate::labels::{JudgeKind, Metric, PerMetric};
+use crate::labels::{JudgeKind, PerMetric};
 use crate::window::EstimateSums;
 
 /// The rank buckets of `ragwatch_retrieval_score`, by a context's 0-based position.
@@ -67,15 +67,11 @@ pub(super) fn with<T>(cell: Option<&OnceLock<T>>, resolve: impl FnOnce() -> T, f
     }
 }
 
-/// The cell of `metric` in a per-metric table, for [`with`].
-pub(super) fn of_metric<T>(table: Option<&PerMetric<T>>, metric: Metric) -> Option<&T> {
-    table.map(|t| &t[metric])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::labels::Metric;
     use crate::metrics::Metrics;
 
     #[test]
