@@ -458,7 +458,10 @@ fn write_record(
             let s = summary.stratum(stratum);
             s.traces += 1;
             s.retrieval.extend(retrieval);
-            let usage = &trace.metadata["usage"];
+            let usage = trace
+                .metadata
+                .field::<serde_json::Value>("usage")
+                .unwrap_or_default();
             if let (Some(p), c) = (
                 usage["prompt_tokens"].as_f64(),
                 usage["completion_tokens"].as_f64().unwrap_or(0.0),

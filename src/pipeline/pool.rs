@@ -174,7 +174,7 @@ mod tests {
             contexts: Vec::new(),
             answer: "It opens at 9.".into(),
             stratum: None,
-            metadata: serde_json::Value::Null,
+            metadata: Default::default(),
             label_faithful: None,
             gold: None,
         };

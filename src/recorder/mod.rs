@@ -118,8 +118,8 @@ impl Shared {
         let (families, judge_family) = &*self.families;
         if verdict.judge == JudgeKind::Llm
             && let Some(judge_family) = judge_family
-            && let Some(generator) = trace.metadata["model"].as_str()
-            && families.family(generator) == Some(judge_family.as_str())
+            && let Some(generator) = trace.metadata.field::<String>("model")
+            && families.family(&generator) == Some(judge_family.as_str())
         {
             let s = self.stratifier.name(stratum);
             self.metrics.same_family.with_label_values(&[s]).inc();

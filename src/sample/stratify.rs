@@ -81,9 +81,9 @@ impl Stratifier {
         }
         for rule in &self.rules {
             let meta_ok = rule.metadata.as_ref().is_none_or(|(field, want)| {
-                match trace.metadata.get(field) {
-                    Some(serde_json::Value::String(s)) => s == want,
-                    Some(serde_json::Value::Bool(b)) => want == if *b { "true" } else { "false" },
+                match trace.metadata.field::<serde_json::Value>(field) {
+                    Some(serde_json::Value::String(s)) => s == *want,
+                    Some(serde_json::Value::Bool(b)) => want == if b { "true" } else { "false" },
                     Some(serde_json::Value::Number(n)) => n.as_f64() == want.parse().ok(),
                     _ => false,
                 }
@@ -113,7 +113,7 @@ mod tests {
             contexts: vec![],
             answer: String::new(),
             stratum: stratum.map(Into::into),
-            metadata: serde_json::json!({ "route": route }),
+            metadata: serde_json::json!({ "route": route }).into(),
             label_faithful: None,
             gold: None,
         }

@@ -2,9 +2,11 @@
 //! and the decoder that turns raw message bytes into one ([`otlp`]: spans assembled into one).
 
 mod decode;
+mod metadata;
 pub mod otlp;
 
 pub use decode::{DecodeError, Decoder, RejectReason};
+pub use metadata::Metadata;
 
 use serde::Serialize;
 
@@ -35,7 +37,7 @@ pub struct Trace {
     /// The stratum the trace names itself, before validation against the declared list.
     pub stratum: Option<String>,
     /// Free-form metadata (generator model, prompt version, route, usage).
-    pub metadata: serde_json::Value,
+    pub metadata: Metadata,
     /// A human label, when the trace comes from a golden set: true means no hallucination.
     pub label_faithful: Option<bool>,
     /// Gold relevance, when the trace comes from a golden set: context ids that are relevant, and
@@ -61,7 +63,7 @@ impl Trace {
                 .collect(),
             answer: answer.into(),
             stratum: None,
-            metadata: serde_json::Value::Null,
+            metadata: Metadata::default(),
             label_faithful: None,
             gold: None,
         }

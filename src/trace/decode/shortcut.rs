@@ -15,11 +15,11 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde_json::Value;
 
 use super::{Context, Contexts, NativeContext, NativeTrace, id_string};
+use crate::trace::Metadata;
 
-/// Nesting of objects the shortcut builds a `Value` of itself, at most.
+/// Nesting of objects the shortcut checks itself, at most.
 const MAX_OBJECT_DEPTH: usize = 8;
 
 /// Nesting the shortcut reads into a skipped value at most: well inside serde_json's limit of 128,
@@ -109,14 +109,17 @@ impl<'a> Reader<'a> {
                         });
                     }
                     "metadata" if metadata.is_none() => {
+                        // Kept as its text, checked as the full decode's `Value` would be.
                         let start = self.at;
-                        metadata = Some(match self.object(0) {
-                            Some(object) => Some(object),
-                            None => {
-                                self.at = start;
-                                self.value()?
+                        if self.plain_object(0).is_none() {
+                            self.at = start;
+                            self.skip_value()?;
+                            if !Metadata::check(self.text.get(start..self.at)?) {
+                                return None;
                             }
-                        });
+                        }
+                        metadata =
+                            Some(Metadata::from_checked_text(self.text.get(start..self.at)?));
                     }
                     "label_faithful" if label_faithful.is_none() => {
                         label_faithful = Some(self.value()?);
@@ -146,7 +149,7 @@ impl<'a> Reader<'a> {
             contexts: contexts?,
             answer: answer?,
             stratum: stratum.flatten(),
-            metadata: metadata.flatten(),
+            metadata,
             label_faithful: label_faithful.flatten(),
             relevant_ids: relevant_ids.flatten(),
             relevance: relevance.flatten(),
@@ -181,73 +184,63 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// An object of plain keys and plain strings, small unsigned integers, booleans, nulls and
-    /// such objects (nested at most [`MAX_OBJECT_DEPTH`] deep), as serde_json makes it a `Value`
-    /// (a repeated key keeps its last value); `None` for anything else.
-    fn object(&mut self, depth: usize) -> Option<Value> {
+    /// Moves past an object of plain keys and plain strings, small unsigned integers, booleans,
+    /// nulls and such objects (nested at most [`MAX_OBJECT_DEPTH`] deep): JSON that serde_json
+    /// reads into a `Value` without fail. `None` for anything else (the caller checks that with
+    /// serde_json).
+    fn plain_object(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_OBJECT_DEPTH {
             return None;
         }
         self.eat(b'{')?;
-        let mut map = serde_json::Map::new();
         self.skip_space();
         if self.peek()? != b'}' {
             loop {
                 self.skip_space();
-                let key = self.plain_string()?;
+                self.plain_string()?;
                 self.eat(b':')?;
                 self.skip_space();
-                let value = match self.peek()? {
-                    b'"' => Value::String(self.plain_string()?.to_owned()),
-                    b'{' => self.object(depth + 1)?,
-                    b'0'..=b'9' => Value::Number(self.small_integer()?.into()),
-                    b't' => self.word("true", Value::Bool(true))?,
-                    b'f' => self.word("false", Value::Bool(false))?,
-                    b'n' => self.word("null", Value::Null)?,
+                match self.peek()? {
+                    b'"' => self.plain_string().map(|_| ())?,
+                    b'{' => self.plain_object(depth + 1)?,
+                    b'0'..=b'9' => self.small_integer()?,
+                    b't' => self.word("true")?,
+                    b'f' => self.word("false")?,
+                    b'n' => self.word("null")?,
                     _ => return None,
-                };
-                map.insert(key.to_owned(), value);
+                }
                 if !self.more(b'}')? {
                     break;
                 }
             }
         }
         self.at += 1;
-        Some(Value::Object(map))
+        Some(())
     }
 
-    /// An unsigned integer of at most 18 digits without a leading zero (so exactly a `u64`), ended
-    /// by a delimiter; `None` for any other number.
-    fn small_integer(&mut self) -> Option<u64> {
+    /// Moves past an unsigned integer of at most 18 digits without a leading zero (so within a
+    /// `u64`) ended by a delimiter; `None` for any other number.
+    fn small_integer(&mut self) -> Option<()> {
         let rest = &self.bytes()[self.at..];
         let len = rest
             .iter()
             .position(|b| !b.is_ascii_digit())
             .unwrap_or(rest.len());
-        let ends = matches!(
-            rest.get(len),
-            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-        );
-        if len == 0 || len > 18 || (len > 1 && rest[0] == b'0') || !ends {
+        if len == 0 || len > 18 || (len > 1 && rest[0] == b'0') || !ends_value(rest.get(len)) {
             return None;
         }
-        let n = std::str::from_utf8(&rest[..len]).ok()?.parse().ok()?;
         self.at += len;
-        Some(n)
+        Some(())
     }
 
-    /// `value` when the next bytes are `word` ended by a delimiter.
-    fn word(&mut self, word: &str, value: Value) -> Option<Value> {
+    /// Moves past `word` when the next bytes are it, ended by a delimiter.
+    fn word(&mut self, word: &str) -> Option<()> {
         let rest = &self.bytes()[self.at..];
-        let ends = matches!(
-            rest.get(word.len()),
-            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-        );
-        if !rest.starts_with(word.as_bytes()) || !ends {
+        if !rest.starts_with(word.as_bytes()) || !ends_value(rest.get(word.len())) {
             return None;
         }
         self.at += word.len();
-        Some(value)
+        Some(())
     }
 
     /// The next value, read on its own by serde_json as a `T`.
@@ -392,6 +385,14 @@ impl<'a> Reader<'a> {
             at += 2;
         }
     }
+}
+
+/// Whether a scalar ends before `next`: a delimiter (not the end of the text: the message is cut).
+fn ends_value(next: Option<&u8>) -> bool {
+    matches!(
+        next,
+        Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+    )
 }
 
 /// Whether `bytes` holds a control character, which a JSON string may not.

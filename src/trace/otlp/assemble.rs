@@ -572,7 +572,7 @@ fn build(
         contexts,
         answer: answer.clone().unwrap_or_default(),
         stratum,
-        metadata: Value::Object(metadata),
+        metadata: Value::Object(metadata).into(),
         label_faithful: None,
         gold: None,
     };
@@ -686,7 +686,10 @@ mod tests {
         assert_eq!(t.answer, "Ann wrote it [d0].");
         assert_eq!(t.contexts[0].id.as_deref(), Some("d0"));
         assert_eq!(t.stratum.as_deref(), Some("tail"));
-        assert_eq!(t.metadata["model"], "gpt-x");
+        assert_eq!(
+            t.metadata.field::<String>("model").as_deref(),
+            Some("gpt-x")
+        );
         assert_eq!(a.pending(), 0);
         assert_eq!(a.pending_bytes(), 0);
         // A span of the finished trace arriving later is counted as late.
