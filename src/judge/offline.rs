@@ -550,6 +550,60 @@ struct ContextStream {
     context_start: bool,
 }
 
+impl ContextStream {
+    /// Moves past a context token that is neither an answer token nor shares an answer token's
+    /// prefix, as [`AnswerIndex::mark`] would after finding it in none of the answer's sets.
+    #[inline]
+    fn pass(&mut self, hash: u64) {
+        self.last = [self.last[1], Some((hash, false))];
+        self.context_start = false;
+    }
+}
+
+/// Bit filters of the answer's and question's token hashes and the answer's prefixes (1,024 bits
+/// each, a bit per hash's top ten bits): most context tokens are in none of those sets, and two
+/// bit tests tell so without the three set lookups. A set bit only sends the token on to the
+/// lookups, so the filter cannot change a count.
+#[derive(Debug)]
+struct Filter {
+    tokens: [u64; 16],
+    prefixes: [u64; 16],
+}
+
+impl Filter {
+    fn of(answer: &AnswerIndex, query: &QueryIndex) -> Filter {
+        let mut f = Filter {
+            tokens: [0; 16],
+            prefixes: [0; 16],
+        };
+        for t in &answer.tokens {
+            set_bit(&mut f.tokens, t.hash);
+            set_bit(&mut f.prefixes, t.prefix);
+        }
+        for t in &query.tokens {
+            set_bit(&mut f.tokens, t.hash);
+        }
+        f
+    }
+
+    /// False when `t` is certainly neither an answer or question token nor an answer prefix.
+    #[inline]
+    fn may_matter(&self, t: &Token) -> bool {
+        has_bit(&self.tokens, t.hash) || has_bit(&self.prefixes, t.prefix)
+    }
+}
+
+fn set_bit(bits: &mut [u64; 16], hash: u64) {
+    let i = (hash >> 54) as usize;
+    bits[i >> 6] |= 1 << (i & 63);
+}
+
+#[inline]
+fn has_bit(bits: &[u64; 16], hash: u64) -> bool {
+    let i = (hash >> 54) as usize;
+    bits[i >> 6] >> (i & 63) & 1 != 0
+}
+
 /// Counts over the answer's sentences and tokens.
 #[derive(Debug, Default)]
 struct AnswerStats {
@@ -649,6 +703,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     } = scratch;
     answer.build(&trace.answer, tokenizer);
     query.build(&trace.query, tokenizer);
+    let filter = Filter::of(answer, query);
     let mut context_tokens = 0;
     let mut stream = ContextStream::default();
     // The contexts stream through once, token by token, without being stored.
@@ -657,8 +712,12 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
         let mut hits = 0;
         tokenizer.each_token(&c.text, |t| {
             context_tokens += 1;
-            answer.mark(&t, &mut stream);
-            hits += usize::from(query.mark(&t, rank));
+            if filter.may_matter(&t) {
+                answer.mark(&t, &mut stream);
+                hits += usize::from(query.mark(&t, rank));
+            } else {
+                stream.pass(t.hash);
+            }
         });
         query.add_context(rank, hits);
     }
