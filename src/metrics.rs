@@ -891,8 +891,19 @@ impl Metrics {
             },
             |c| c.inc_by(v * v),
         );
-        self.exemplars
-            .record(metric.spec().histogram, &labels, v, trace_id, now_ms);
+        let histogram = metric.spec().histogram;
+        match js {
+            Some(j) => {
+                let series =
+                    j.exemplars[metric].get_or_init(|| self.exemplars.handle(histogram, &labels));
+                if let Some(series) = series {
+                    self.exemplars.record_in(series, v, trace_id, now_ms);
+                }
+            }
+            None => self
+                .exemplars
+                .record(histogram, &labels, v, trace_id, now_ms),
+        }
     }
 
     /// Observes one judge call's latency with the judged trace as the bucket's exemplar.

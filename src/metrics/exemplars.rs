@@ -8,7 +8,7 @@
 //! OpenMetrics's 128-character limit on an exemplar's label set is not kept, and counted.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounterVec;
 
@@ -50,10 +50,21 @@ struct Family {
 
 #[derive(Debug, Default)]
 struct Store {
-    /// Per family: label values joined by `SEP` → one slot per bucket, `+Inf` last.
-    by_family: Vec<HashMap<String, Vec<Option<Exemplar>>>>,
+    /// Per family: label values joined by `SEP` → the series' slots.
+    by_family: Vec<HashMap<String, Slots>>,
     /// Reused for the lookup key, so a hit allocates nothing.
     key: String,
+}
+
+/// One series' exemplars: a slot per bucket, `+Inf` last.
+type Slots = Arc<Mutex<Vec<Option<Exemplar>>>>;
+
+/// One series of one histogram, looked up once ([`Exemplars::handle`]) and kept by a caller that
+/// records into it for every trace ([`Exemplars::record_in`]): no label join, hash or map lookup.
+#[derive(Debug, Clone)]
+pub struct SeriesExemplars {
+    family: usize,
+    slots: Slots,
 }
 
 /// Cannot appear in a label value that came through the `prometheus` crate's registry intact.
@@ -87,39 +98,77 @@ impl Exemplars {
     /// Keeps `trace_id` as the exemplar of the bucket `value` falls in, in the series `labels` of
     /// the histogram `name`. A family that was not registered, or a NaN, is ignored.
     pub fn record(&self, name: &str, labels: &[&str], value: f64, trace_id: &str, now_ms: u64) {
-        let Some(f) = self.families.iter().position(|f| f.name == name) else {
+        let Some(family) = self.families.iter().position(|f| f.name == name) else {
             return;
         };
+        if self.keeps(value, trace_id) {
+            let slots = self.slots(family, labels);
+            self.put(family, &slots, value, trace_id, now_ms);
+        }
+    }
+
+    /// The series `labels` of the histogram `name`, to record into with [`Exemplars::record_in`];
+    /// `None` for a family that was not registered.
+    pub fn handle(&self, name: &str, labels: &[&str]) -> Option<SeriesExemplars> {
+        let family = self.families.iter().position(|f| f.name == name)?;
+        Some(SeriesExemplars {
+            family,
+            slots: self.slots(family, labels),
+        })
+    }
+
+    /// [`Exemplars::record`] into a series looked up before.
+    pub fn record_in(&self, series: &SeriesExemplars, value: f64, trace_id: &str, now_ms: u64) {
+        if self.keeps(value, trace_id) {
+            self.put(series.family, &series.slots, value, trace_id, now_ms);
+        }
+    }
+
+    /// Whether an observation can be an exemplar; a trace id that cannot is counted by reason.
+    fn keeps(&self, value: f64, trace_id: &str) -> bool {
         if value.is_nan() {
-            return;
+            return false;
         }
         if trace_id.is_empty() {
             self.dropped.with_label_values(&["empty"]).inc();
-            return;
+            return false;
         }
-        if TRACE_ID_LABEL.len() + trace_id.chars().count() > MAX_LABEL_SET_CHARS {
+        // Characters, not bytes; a byte count within the limit needs no count of characters.
+        let room = MAX_LABEL_SET_CHARS - TRACE_ID_LABEL.len();
+        if trace_id.len() > room && trace_id.chars().count() > room {
             self.dropped.with_label_values(&["too_long"]).inc();
-            return;
+            return false;
         }
-        let family = &self.families[f];
-        let bucket = family
-            .bounds
-            .iter()
-            .position(|b| value <= *b)
-            .unwrap_or(family.bounds.len());
+        true
+    }
+
+    /// The slots of the series `labels` of the family at `family`, made on first use.
+    fn slots(&self, family: usize, labels: &[&str]) -> Slots {
+        let buckets = self.families[family].bounds.len() + 1;
         let mut guard = self.series.lock().unwrap_or_else(|p| p.into_inner());
         let store = &mut *guard;
         join(&mut store.key, labels.iter().copied());
-        let map = &mut store.by_family[f];
-        let slots = match map.get_mut(store.key.as_str()) {
-            Some(slots) => slots,
-            None => map
-                .entry(store.key.clone())
-                .or_insert_with(|| vec![None; family.bounds.len() + 1]),
-        };
+        let map = &mut store.by_family[family];
+        match map.get(store.key.as_str()) {
+            Some(slots) => Arc::clone(slots),
+            None => Arc::clone(
+                map.entry(store.key.clone())
+                    .or_insert_with(|| Arc::new(Mutex::new(vec![None; buckets]))),
+            ),
+        }
+    }
+
+    /// Keeps the observation in its bucket's slot (the latest wins).
+    fn put(&self, family: usize, slots: &Slots, value: f64, trace_id: &str, now_ms: u64) {
+        let bounds = &self.families[family].bounds;
+        let bucket = bounds
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(bounds.len());
+        let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
         match &mut slots[bucket] {
             Some(e) => {
-                // The latest wins; the trace id's buffer is reused.
+                // The trace id's buffer is reused.
                 e.trace_id.clear();
                 e.trace_id.push_str(trace_id);
                 e.value = value;
@@ -155,8 +204,13 @@ impl Exemplars {
         };
         let mut key = String::new();
         join(&mut key, values.into_iter());
-        let store = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        store.by_family[f].get(&key).cloned().unwrap_or_default()
+        let slots = {
+            let store = self.series.lock().unwrap_or_else(|p| p.into_inner());
+            store.by_family[f].get(&key).map(Arc::clone)
+        };
+        slots.map_or_else(Vec::new, |s| {
+            s.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        })
     }
 
     /// Whether `name` is a histogram with exemplars.
@@ -171,7 +225,10 @@ impl Exemplars {
             .by_family
             .iter()
             .flat_map(|m| m.values())
-            .map(|slots| slots.iter().flatten().count())
+            .map(|slots| {
+                let slots = slots.lock().unwrap_or_else(|p| p.into_inner());
+                slots.iter().flatten().count()
+            })
             .sum()
     }
 
@@ -233,6 +290,25 @@ mod tests {
         // A value on a bound belongs to that bucket (le is inclusive).
         e.record("h", &["b", "llm"], 0.5, "t6", 6);
         assert_eq!(slots(&e, "b", "llm")[0].as_ref().unwrap().trace_id, "t6");
+    }
+
+    #[test]
+    fn a_kept_handle_records_into_its_series() {
+        let e = store();
+        let h = e.handle("h", &["a", "llm"]).unwrap();
+        assert!(e.handle("other", &["a"]).is_none());
+        // A series with a handle and no observation yet holds no exemplar.
+        assert_eq!(e.len(), 0);
+        e.record_in(&h, 0.9, "t1", 1);
+        e.record("h", &["a", "llm"], 0.2, "t2", 2);
+        e.record_in(&h, f64::NAN, "t3", 3);
+        e.record_in(&h, 0.1, "", 4);
+        let ids: Vec<Option<String>> = slots(&e, "a", "llm")
+            .into_iter()
+            .map(|s| s.map(|x| x.trace_id))
+            .collect();
+        assert_eq!(ids, [Some("t2".into()), Some("t1".into()), None]);
+        assert_eq!(e.dropped.with_label_values(&["empty"]).get(), 1);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use prometheus::{Counter, Histogram, IntCounter};
 
+use super::exemplars::SeriesExemplars;
 use crate::labels::{JudgeKind, PerMetric};
 use crate::window::EstimateSums;
 
@@ -48,6 +49,8 @@ pub(super) struct JudgeSeries {
     pub(super) no_claims: OnceLock<IntCounter>,
     pub(super) scores: PerMetric<OnceLock<Histogram>>,
     pub(super) squares: PerMetric<OnceLock<Counter>>,
+    /// The score histograms' exemplars (`None`: the histogram keeps none).
+    pub(super) exemplars: PerMetric<OnceLock<Option<SeriesExemplars>>>,
 }
 
 impl StratumSeries {
@@ -100,6 +103,16 @@ mod tests {
             .score_squares
             .with_label_values(&["faithfulness", "tail", "llm"]);
         assert_eq!(squares.get(), 0.75);
+        // The score's exemplar went to its series through the kept handle.
+        let kept = m
+            .exemplars
+            .series(Metric::Faithfulness.spec().histogram, |l| {
+                [("stratum", "tail"), ("judge", "llm")]
+                    .into_iter()
+                    .find_map(|(k, v)| (k == l).then_some(v))
+            });
+        assert_eq!(kept.iter().flatten().count(), 1);
+        assert_eq!(m.exemplars.len(), 1);
         assert_eq!(m.refusals.with_label_values(&["tail", "offline"]).get(), 1);
         assert_eq!(m.refusals.with_label_values(&["tail", "llm"]).get(), 0);
         // The combined judge has no kept handles; a stratum id past the cache neither: both are
