@@ -39,6 +39,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::{FutureExt, StreamExt};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -396,6 +397,9 @@ impl<I: Ingest> super::Source<I> for KafkaSource<'_> {
     }
 }
 
+/// Messages taken from librdkafka's queue in one run, before the loop looks at its other events.
+const DRAIN: usize = 64;
+
 /// Runs the consumer until `stop`; then stops consuming, waits for the sampled judge's acks (the
 /// caller bounds that by cancelling the judge pool at the grace deadline), stores and commits.
 async fn run_kafka_source<I: Ingest>(
@@ -443,10 +447,12 @@ async fn run_kafka_source<I: Ingest>(
     let mut assembly_tick = tokio::time::interval(Duration::from_millis(200));
     assembly_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut released: Vec<Position> = Vec::new();
-    loop {
+    // One stream for the whole run: `recv()` would register and drop a waker slot per message.
+    let mut messages = consumer.stream();
+    'consume: loop {
         tokio::select! {
             biased;
-            _ = stop.cancelled() => break,
+            _ = stop.cancelled() => break 'consume,
             Some(change) = assignment_rx.recv() => {
                 let now = Instant::now();
                 match change {
@@ -510,37 +516,57 @@ async fn run_kafka_source<I: Ingest>(
                     count_partitions(&consumer, &config.topics, &count_tx);
                 }
             }
-            msg = consumer.recv() => match msg {
-                Ok(m) => {
-                    received += 1;
-                    last_message = Instant::now();
-                    let pos = Position { stream: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
-                    let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut released) == Disposition::Done;
-                    if let Some(upto) = tracker.received(pos.stream, pos.partition, pos.offset, done) {
-                        store(pos.stream, pos.partition, upto);
-                    }
-                    // Traces completed by this message may account for earlier ones.
-                    for pos in released.drain(..) {
-                        if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
-                            store(pos.stream, pos.partition, upto);
+            msg = messages.next() => {
+                // Messages librdkafka has already fetched are taken here, up to `DRAIN`, without a
+                // pass through every branch above per message; a revocation, an ack or the stop
+                // waiting ends the run, and the next pass serves it first.
+                let mut next = msg;
+                let (mut taken, before) = (0, received);
+                while let Some(msg) = next.take() {
+                    match msg {
+                        Ok(m) => {
+                            received += 1;
+                            let pos = Position { stream: topic_index(m.topic()), partition: m.partition(), offset: m.offset() };
+                            let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut released) == Disposition::Done;
+                            if let Some(upto) = tracker.received(pos.stream, pos.partition, pos.offset, done) {
+                                store(pos.stream, pos.partition, upto);
+                            }
+                            // Traces completed by this message may account for earlier ones.
+                            for pos in released.drain(..) {
+                                if let Some(upto) = tracker.accounted(pos.stream, pos.partition, pos.offset) {
+                                    store(pos.stream, pos.partition, upto);
+                                }
+                            }
+                        }
+                        // The client cannot go on (another live member took this group.instance.id, say).
+                        Err(KafkaError::MessageConsumptionFatal(code)) => {
+                            metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                            fatal = Some(code);
+                            break 'consume;
+                        }
+                        Err(e) => {
+                            metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                            if let Some(suppressed) = ERROR_LOG.allow() {
+                                tracing::warn!(error = %e, suppressed, "kafka receive error");
+                            }
                         }
                     }
-                }
-                // The client cannot go on (another live member took this group.instance.id, say).
-                Err(KafkaError::MessageConsumptionFatal(code)) => {
-                    metrics.kafka_errors.with_label_values(&["consume"]).inc();
-                    fatal = Some(code);
-                    break;
-                }
-                Err(e) => {
-                    metrics.kafka_errors.with_label_values(&["consume"]).inc();
-                    if let Some(suppressed) = ERROR_LOG.allow() {
-                        tracing::warn!(error = %e, suppressed, "kafka receive error");
+                    taken += 1;
+                    if taken < DRAIN
+                        && assignment_rx.is_empty()
+                        && ack_rx.is_empty()
+                        && !stop.is_cancelled()
+                    {
+                        next = messages.next().now_or_never().flatten();
                     }
+                }
+                if received > before {
+                    last_message = Instant::now();
                 }
             },
         }
     }
+    drop(messages);
     // Stop consuming: close the judge queue, then take acks until the pool is done or abandoned.
     pipeline.close_queue();
     if let Some(code) = fatal {
