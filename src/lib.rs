@@ -46,7 +46,8 @@
 //! - [`clock`]: the wall clock, read in one place.
 //! - [`config`]: TOML config, `RAGWATCH__SECTION__KEY` overrides, `validate()`; drift rules keyed by
 //!   (metric, judge).
-//! - [`trace`]: the trace model, its decoder with limits and reject reasons, OTLP span assembly.
+//! - [`trace`]: the trace model (its metadata kept as checked JSON text until a field is read), its
+//!   decoder with limits and reject reasons, OTLP span assembly.
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`audit`]: the judge audit: agreement (AUROC, Cohen's kappa) with bootstrap intervals, length
 //!   correlation overall and within each label class, position bias.
