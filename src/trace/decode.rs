@@ -378,6 +378,12 @@ impl<'a> NativeContext<'a> {
     }
 }
 
+/// Whether `text` is one JSON value that `serde_json::Value` accepts, read as [`Field`]s (the parser
+/// calls `Value` makes) without building it.
+pub(super) fn is_json_value(text: &str) -> bool {
+    serde_json::from_str::<Field<'_>>(text).is_ok()
+}
+
 /// A JSON value inside a context, read with the parser's full checks (nesting limit, number range)
 /// and kept only as far as a context needs it: a string, a number as `f64`, null, or something
 /// else (skipped).

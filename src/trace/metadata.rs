@@ -40,7 +40,7 @@ impl Metadata {
     /// Whether `text` is one JSON value that `serde_json::Value` accepts, checked without building
     /// it: the same parser calls (numbers as `Value` reads them, so `1e400` fails), no allocation.
     pub(crate) fn check(text: &str) -> bool {
-        serde_json::from_str::<Checked>(text).is_ok()
+        super::decode::is_json_value(text)
     }
 
     /// Whether there is no metadata (absent or `null`).
@@ -107,67 +107,6 @@ impl serde::Serialize for Metadata {
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Value::deserialize(d).map(Metadata::from)
-    }
-}
-
-/// Any JSON value, read through `deserialize_any` as `Value` reads it, and dropped.
-struct Checked;
-
-impl<'de> Deserialize<'de> for Checked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CheckedVisitor)
-    }
-}
-
-struct CheckedVisitor;
-
-impl<'de> Visitor<'de> for CheckedVisitor {
-    type Value = Checked;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_none<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Checked, D::Error> {
-        Checked::deserialize(d)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
-        while map.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked)
     }
 }
 
