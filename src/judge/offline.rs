@@ -552,10 +552,11 @@ struct ContextStream {
 
 impl ContextStream {
     /// Moves past a context token that is neither an answer token nor shares an answer token's
-    /// prefix, as [`AnswerIndex::mark`] would after finding it in none of the answer's sets.
+    /// prefix, as [`AnswerIndex::mark`] would after finding it in none of the answer's sets (a
+    /// token that is not an answer token never joins a pair or triple, so its hash is not kept).
     #[inline]
-    fn pass(&mut self, hash: u64) {
-        self.last = [self.last[1], Some((hash, false))];
+    fn pass(&mut self) {
+        self.last = [self.last[1], Some((0, false))];
         self.context_start = false;
     }
 }
@@ -688,6 +689,20 @@ impl QueryIndex {
     }
 }
 
+/// Marks a context token that passed the [`Filter`] in the answer's and question's sets; true
+/// when it is a question term not yet seen in the context at `rank`.
+#[inline(never)]
+fn mark_context_token(
+    t: &Token,
+    rank: usize,
+    answer: &mut AnswerIndex,
+    query: &mut QueryIndex,
+    stream: &mut ContextStream,
+) -> bool {
+    answer.mark(t, stream);
+    query.mark(t, rank)
+}
+
 /// Computes what the offline judge reads off one trace.
 pub fn extract(trace: &Trace) -> Extraction {
     extract_with(trace, &mut Scratch::default())
@@ -710,13 +725,14 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     for (rank, c) in trace.contexts.iter().enumerate() {
         stream.context_start = true;
         let mut hits = 0;
+        // Most context tokens fail the filter: that path stays inlined in the tokenizer's loop,
+        // the lookups are out of line.
         tokenizer.each_token(&c.text, |t| {
             context_tokens += 1;
             if filter.may_matter(&t) {
-                answer.mark(&t, &mut stream);
-                hits += usize::from(query.mark(&t, rank));
+                hits += usize::from(mark_context_token(&t, rank, answer, query, &mut stream));
             } else {
-                stream.pass(t.hash);
+                stream.pass();
             }
         });
         query.add_context(rank, hits);
