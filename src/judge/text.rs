@@ -798,28 +798,33 @@ fn classify8(x: u64) -> (u64, u64) {
     (((letter | digit) & HIGH) | special, special)
 }
 
-/// The end of the word starting at `start` and whether it is plain (ASCII letters and digits only).
-/// Eight bytes a step, so the end costs one branch per word instead of one per byte, and the branch
-/// predictor no longer has to guess every word's length.
+/// The end of the word starting at `start`, whether it is plain (ASCII letters and digits only),
+/// and the eight bytes from `start` (zero padded at the text's end), from which a plain word of up
+/// to eight bytes is keyed without reading it again. Eight bytes a step, so the end costs one branch
+/// per word instead of one per byte, and the branch predictor no longer has to guess every word's
+/// length.
 #[inline(always)]
-fn word_end(bytes: &[u8], start: usize) -> (usize, bool) {
+fn word_end(bytes: &[u8], start: usize) -> (usize, bool, u64) {
+    let load = |pos: usize| match bytes[pos..].first_chunk::<8>() {
+        Some(c) => u64::from_le_bytes(*c),
+        None => load_tail(&bytes[pos..]),
+    };
+    let first_chunk = load(start);
+    let mut chunk = first_chunk;
     let mut pos = start;
     let mut special = 0;
     loop {
-        let chunk = match bytes[pos..].first_chunk::<8>() {
-            Some(c) => u64::from_le_bytes(*c),
-            None => load_tail(&bytes[pos..]),
-        };
         let (word, not_plain) = classify8(chunk);
         let stop = !word & HIGH;
         if stop != 0 {
             // Bit 7 of the first byte that is not a word byte is the lowest set bit of `stop`.
             let first = stop.trailing_zeros() - 7;
             special |= not_plain & ((1u64 << first) - 1);
-            return (pos + first as usize / 8, special == 0);
+            return (pos + first as usize / 8, special == 0, first_chunk);
         }
         special |= not_plain;
         pos += 8;
+        chunk = load(pos);
     }
 }
 
@@ -881,14 +886,19 @@ impl Tokenizer {
             }
             if class & WORD_START != 0 {
                 let start = i;
-                let (end, plain) = word_end(bytes, start);
+                let (end, plain, chunk) = word_end(bytes, start);
                 i = end;
                 let name = c.is_ascii_uppercase() && !sentence_start;
                 sentence_start = false;
                 let len = end - start;
                 if plain && len <= WordCache::MAX_LEN {
                     // The packed lowercase word is the cache key.
-                    let entry = cache.get_packed(pack_plain(bytes, start, len), len);
+                    let key = if len <= 8 {
+                        u128::from(lower_plain8(chunk & KEEP_BYTES[len] as u64))
+                    } else {
+                        pack_plain(bytes, start, len)
+                    };
+                    let entry = cache.get_packed(key, len);
                     if !entry.stopword {
                         emit(entry.token(name));
                     }
@@ -938,6 +948,12 @@ fn pack_plain(bytes: &[u8], start: usize, len: usize) -> u128 {
     };
     let word = raw & KEEP_BYTES[len];
     word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1)
+}
+
+/// [`pack_plain`] for a word of up to eight bytes already loaded (and masked to its length).
+#[inline(always)]
+fn lower_plain8(word: u64) -> u64 {
+    word | ((word & 0x4040_4040_4040_4040) >> 1)
 }
 
 /// [`pack`], out of line for the reason [`load_tail`] is.
@@ -1058,6 +1074,11 @@ mod tests {
         for (start, len) in [(0, 5), (6, 5), (12, 16), (29, 5), (35, 1)] {
             let lower = text[start..start + len].to_ascii_lowercase();
             assert_eq!(pack_plain(text, start, len), pack(&lower), "{start}");
+            if len <= 8 {
+                let (_, _, chunk) = word_end(text, start);
+                let short = u128::from(lower_plain8(chunk & KEEP_BYTES[len] as u64));
+                assert_eq!(short, pack(&lower), "{start}");
+            }
         }
     }
 
@@ -1167,8 +1188,13 @@ mod tests {
         out
     }
 
-    /// The byte-at-a-time word scan that [`word_end`] replaced: the reference it must match.
-    fn reference_word_end(bytes: &[u8], start: usize) -> (usize, bool) {
+    /// The byte-at-a-time word scan that [`word_end`] replaced: the reference it must match (with
+    /// the eight bytes from `start`, zero padded).
+    fn reference_word_end(bytes: &[u8], start: usize) -> (usize, bool, u64) {
+        let mut first = [0u8; 8];
+        let from = &bytes[start.min(bytes.len())..];
+        let n = from.len().min(8);
+        first[..n].copy_from_slice(&from[..n]);
         let mut i = start;
         let mut classes = PLAIN;
         while let Some(&b) = bytes.get(i) {
@@ -1179,7 +1205,7 @@ mod tests {
             classes &= class;
             i += 1;
         }
-        (i, classes & PLAIN != 0)
+        (i, classes & PLAIN != 0, u64::from_le_bytes(first))
     }
 
     #[test]
