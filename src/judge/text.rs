@@ -5,6 +5,7 @@
 //! Everything here works on bytes: the text is UTF-8, every delimiter the tokenizer and the sentence
 //! splitter look for is ASCII, and non-ASCII words take a slower path that lowercases per `char`.
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -855,35 +856,6 @@ impl Tokenizer {
         while i < bytes.len() {
             let c = bytes[i];
             let class = CLASS[usize::from(c)];
-            if class & DIGIT != 0 {
-                // A number: digits with inner ',' or '.' separators.
-                word.clear();
-                while i < bytes.len() {
-                    let b = bytes[i];
-                    if b.is_ascii_digit() {
-                        word.push(b);
-                    } else if (b == b',' || b == b'.')
-                        && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
-                    {
-                        if b == b'.' {
-                            word.push(b'.');
-                        }
-                    } else {
-                        break;
-                    }
-                    i += 1;
-                }
-                let hash = xxh3_64(word);
-                emit(Token {
-                    hash,
-                    number: true,
-                    name: false,
-                    long: false,
-                    prefix: hash,
-                });
-                sentence_start = false;
-                continue;
-            }
             if class & WORD_START != 0 {
                 let start = i;
                 let (end, plain, chunk) = word_end(bytes, start);
@@ -891,42 +863,25 @@ impl Tokenizer {
                 let name = c.is_ascii_uppercase() && !sentence_start;
                 sentence_start = false;
                 let len = end - start;
-                if plain && len <= WordCache::MAX_LEN {
+                let entry = if plain && len <= WordCache::MAX_LEN {
                     // The packed lowercase word is the cache key.
                     let key = if len <= 8 {
                         u128::from(lower_plain8(chunk & KEEP_BYTES[len] as u64))
                     } else {
                         pack_plain(bytes, start, len)
                     };
-                    let entry = cache.get_packed(key, len);
-                    if !entry.stopword {
-                        emit(entry.token(name));
-                    }
-                    continue;
-                }
-                let raw = &bytes[start..end];
-                word.clear();
-                if raw.is_ascii() {
-                    word.extend(
-                        raw.iter()
-                            .filter(|&&b| b != b'\'')
-                            .map(u8::to_ascii_lowercase),
-                    );
+                    cache.get_packed(key, len)
                 } else {
-                    let mut buf = [0u8; 4];
-                    for ch in text[start..end].chars().filter(|&ch| ch != '\'') {
-                        for lower in ch.to_lowercase() {
-                            word.extend_from_slice(lower.encode_utf8(&mut buf).as_bytes());
-                        }
-                    }
-                }
-                if word.ends_with(b"s") && raw.ends_with(b"'s") {
-                    word.pop();
-                }
-                let entry = cache.get(word);
+                    other_word(text, start..end, word, cache)
+                };
                 if !entry.stopword {
                     emit(entry.token(name));
                 }
+                continue;
+            }
+            if class & DIGIT != 0 {
+                emit(number(bytes, &mut i, word));
+                sentence_start = false;
                 continue;
             }
             if class & CLAUSE_END != 0 {
@@ -934,6 +889,65 @@ impl Tokenizer {
             }
             i += 1;
         }
+    }
+}
+
+/// The entry of a word that is not plain (an apostrophe, non-ASCII letters) or longer than the
+/// cache's keys: lowercased (Unicode-aware), apostrophes dropped, a trailing "'s" cut. Out of line:
+/// rare, and the hot loop stays small.
+#[inline(never)]
+fn other_word(
+    text: &str,
+    span: Range<usize>,
+    word: &mut Vec<u8>,
+    cache: &mut WordCache,
+) -> WordEntry {
+    let raw = &text.as_bytes()[span.clone()];
+    word.clear();
+    if raw.is_ascii() {
+        word.extend(
+            raw.iter()
+                .filter(|&&b| b != b'\'')
+                .map(u8::to_ascii_lowercase),
+        );
+    } else {
+        let mut buf = [0u8; 4];
+        for ch in text[span].chars().filter(|&ch| ch != '\'') {
+            for lower in ch.to_lowercase() {
+                word.extend_from_slice(lower.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    if word.ends_with(b"s") && raw.ends_with(b"'s") {
+        word.pop();
+    }
+    cache.get(word)
+}
+
+/// The number token starting at `*i` (digits with inner ',' or '.' separators: "1,200" is "1200",
+/// "3.50" stays), advancing `*i` past it. Out of line: numbers are a few tokens a text.
+#[inline(never)]
+fn number(bytes: &[u8], i: &mut usize, word: &mut Vec<u8>) -> Token {
+    word.clear();
+    while let Some(&b) = bytes.get(*i) {
+        if b.is_ascii_digit() {
+            word.push(b);
+        } else if (b == b',' || b == b'.') && bytes.get(*i + 1).is_some_and(u8::is_ascii_digit) {
+            if b == b'.' {
+                word.push(b'.');
+            }
+        } else {
+            break;
+        }
+        *i += 1;
+    }
+    let hash = xxh3_64(word);
+    Token {
+        hash,
+        number: true,
+        name: false,
+        long: false,
+        prefix: hash,
     }
 }
 
