@@ -564,7 +564,7 @@ impl Summary {
             .push(AuditSample {
                 score,
                 faithful,
-                answer_words: trace.answer.split_whitespace().count() as f64,
+                answer_words: crate::judge::word_count(&trace.answer) as f64,
                 reversed,
             });
     }

@@ -14,7 +14,9 @@ pub use offline::{
     Extraction, FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, Scratch, extract,
     extract_with,
 };
-pub use text::{HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens, sentences};
+pub use text::{
+    HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens, sentences, word_count,
+};
 
 use serde::Serialize;
 

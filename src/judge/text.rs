@@ -497,6 +497,25 @@ impl HashSet64 {
     }
 }
 
+/// The words of `text` as `split_whitespace` counts them. ASCII text (most answers) is counted a
+/// byte at a time without decoding characters: a word starts at a byte that is not whitespace
+/// after one that is (or at the start).
+pub fn word_count(text: &str) -> usize {
+    if !text.is_ascii() {
+        return text.split_whitespace().count();
+    }
+    // ASCII's `char::is_whitespace`: space, \t, \n, vertical tab, form feed, \r.
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+    let mut after_space = true;
+    let mut words = 0;
+    for &b in text.as_bytes() {
+        let s = space(b);
+        words += usize::from(after_space && !s);
+        after_space = s;
+    }
+    words
+}
+
 /// The sentences of `text`, split at `.`, `!`, `?` or a newline followed by space/end, keeping
 /// decimal numbers ("3.5") and common abbreviations intact enough for scoring. Each sentence is
 /// trimmed; fragments without a letter or digit are skipped.
@@ -1031,6 +1050,26 @@ pub fn trigram(a: u64, b: u64, c: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_counted_as_split_whitespace_counts_them() {
+        for text in [
+            "",
+            " ",
+            "one",
+            "  two  words ",
+            "tab\tnew\nline\rcr\x0bvt\x0cff",
+            "a\u{85}b\u{a0}c d",
+            "caf\u{e9} au lait",
+            "x\x1fy",
+        ] {
+            assert_eq!(
+                word_count(text),
+                text.split_whitespace().count(),
+                "{text:?}"
+            );
+        }
+    }
 
     fn toks(s: &str) -> Vec<Token> {
         let mut v = Vec::new();

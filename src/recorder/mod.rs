@@ -108,7 +108,7 @@ impl Shared {
     /// length into the length-correlation sums, and an LLM verdict on an answer whose generator
     /// (`metadata.model`) is of the judge's family into the self-preference count.
     fn record_audit(&self, stratum: StratumId, trace: &Trace, verdict: &Verdict) {
-        let words = word_count(&trace.answer) as f64;
+        let words = crate::judge::word_count(&trace.answer) as f64;
         for metric in Metric::ALL {
             if let Some(v) = verdict.score(metric) {
                 self.length_moments
@@ -247,51 +247,12 @@ pub fn judge_model(config: &Config) -> String {
     }
 }
 
-/// The words of `text` as `split_whitespace` counts them. ASCII text (most answers) is counted a
-/// byte at a time without decoding characters: a word starts at a byte that is not whitespace
-/// after one that is (or at the start).
-fn word_count(text: &str) -> usize {
-    if !text.is_ascii() {
-        return text.split_whitespace().count();
-    }
-    // ASCII's `char::is_whitespace`: space, \t, \n, vertical tab, form feed, \r.
-    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
-    let mut after_space = true;
-    let mut words = 0;
-    for &b in text.as_bytes() {
-        let s = space(b);
-        words += usize::from(after_space && !s);
-        after_space = s;
-    }
-    words
-}
-
 #[cfg(test)]
 mod audit_tests {
     use super::*;
 
     fn verdict(judge: JudgeKind, faithfulness: f64) -> Verdict {
         Verdict::with_faithfulness(judge, faithfulness)
-    }
-
-    #[test]
-    fn words_counted_as_split_whitespace_counts_them() {
-        for text in [
-            "",
-            " ",
-            "one",
-            "  two  words ",
-            "tab\tnew\nline\rcr\x0bvt\x0cff",
-            "a\u{85}b\u{a0}c d",
-            "caf\u{e9} au lait",
-            "x\x1fy",
-        ] {
-            assert_eq!(
-                word_count(text),
-                text.split_whitespace().count(),
-                "{text:?}"
-            );
-        }
     }
 
     #[test]
