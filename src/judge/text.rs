@@ -1206,6 +1206,45 @@ mod tests {
         assert!(s.is_empty() && !s.contains(7) && !s.contains(0));
     }
 
+    /// The byte-at-a-time tokenizer, as first written: the reference every faster scan must match
+    /// token for token (no word cache, no chunked scans; Unicode lowercasing for every word).
+    fn reference_tokens(text: &str) -> Vec<Token> {
+        let bytes = text.as_bytes();
+        let (mut out, mut digits) = (Vec::new(), Vec::new());
+        let mut sentence_start = true;
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            let class = CLASS[usize::from(c)];
+            if class & WORD_START != 0 {
+                let (end, _, _) = reference_word_end(bytes, i);
+                let name = c.is_ascii_uppercase() && !sentence_start;
+                sentence_start = false;
+                let raw = &text[i..end];
+                let mut word: String = raw
+                    .chars()
+                    .filter(|&ch| ch != '\'')
+                    .flat_map(char::to_lowercase)
+                    .collect();
+                if word.ends_with('s') && raw.ends_with("'s") {
+                    word.pop();
+                }
+                let entry = WordEntry::of(word.as_bytes());
+                if !entry.stopword {
+                    out.push(entry.token(name));
+                }
+                i = end;
+            } else if class & DIGIT != 0 {
+                out.push(number(bytes, &mut i, &mut digits));
+                sentence_start = false;
+            } else {
+                sentence_start |= class & CLAUSE_END != 0;
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// The previous byte-at-a-time splitter, kept as the reference the memchr one must match.
     fn reference_sentences(text: &str) -> Vec<&str> {
         let bytes = text.as_bytes();
@@ -1296,6 +1335,30 @@ mod tests {
         ) {
             let start = start.min(text.len());
             proptest::prop_assert_eq!(word_end(&text, start), reference_word_end(&text, start));
+        }
+
+        #[test]
+        fn tokens_match_the_reference(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "The", "the", "Ada", "prices", "PRICING", "it's", "'", "''", "Bob's", "9", "1,200",
+                    "3.50", "3.", ",5", "x1", "12abc", " ", "  ", ".", ". ", "!", "?", "\n", ":", "-", "é",
+                    "Élan", "naïve's", "—", "internationalization", "ABCDEFGHIJKLMNOPqrstuvwxyz0123456789",
+                    "MIXEDcase16bytes", "eightchr", "ninechars", "fifteencharsxyz", "sixteencharsxyzw",
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                ]),
+                0..60,
+            )
+        ) {
+            let text: String = parts.concat();
+            let mut tokens = Vec::new();
+            let mut tokenizer = Tokenizer::default();
+            tokenizer.tokens(&text, &mut tokens);
+            proptest::prop_assert_eq!(&tokens, &reference_tokens(&text));
+            // Again, from the word cache.
+            tokens.clear();
+            tokenizer.tokens(&text, &mut tokens);
+            proptest::prop_assert_eq!(tokens, reference_tokens(&text));
         }
 
         #[test]
