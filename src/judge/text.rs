@@ -800,52 +800,14 @@ impl Default for WordCache {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
-/// For eight bytes: which are word bytes (as [`CLASS`]'s `WORD`: ASCII letters and digits, the
-/// apostrophe, every non-ASCII byte), and which of those are not plain (the apostrophe and non-ASCII
-/// bytes), as bit 7 of each byte. Each comparison is an add that carries into bit 7 exactly when a
-/// 7-bit byte is at or above a bound; no byte's sum reaches bit 8, so bytes never disturb each other.
-#[inline(always)]
-fn classify8(x: u64) -> (u64, u64) {
-    let at_least = |v: u64, bound: u8| v + (0x80 - u64::from(bound)) * ONES;
-    let high = x & HIGH;
-    let ascii = x & !HIGH;
-    let lower = ascii | (0x20 * ONES);
-    let letter = at_least(lower, b'a') & !at_least(lower, b'z' + 1);
-    let digit = at_least(ascii, b'0') & !at_least(ascii, b'9' + 1);
-    let not_apostrophe = ascii ^ (u64::from(b'\'') * ONES);
-    let apostrophe = !(at_least(not_apostrophe, 1) | not_apostrophe);
-    let special = (apostrophe & HIGH) | high;
-    (((letter | digit) & HIGH) | special, special)
-}
-
-/// The end of the word starting at `start`, whether it is plain (ASCII letters and digits only),
-/// and the eight bytes from `start` (zero padded at the text's end), from which a plain word of up
-/// to eight bytes is keyed without reading it again. Eight bytes a step, so the end costs one branch
-/// per word instead of one per byte, and the branch predictor no longer has to guess every word's
-/// length.
-#[inline(always)]
-fn word_end(bytes: &[u8], start: usize) -> (usize, bool, u64) {
-    let load = |pos: usize| match bytes[pos..].first_chunk::<8>() {
-        Some(c) => u64::from_le_bytes(*c),
-        None => load_tail(&bytes[pos..]),
-    };
-    let first_chunk = load(start);
-    let mut chunk = first_chunk;
-    let mut pos = start;
-    let mut special = 0;
-    loop {
-        let (word, not_plain) = classify8(chunk);
-        let stop = !word & HIGH;
-        if stop != 0 {
-            // Bit 7 of the first byte that is not a word byte is the lowest set bit of `stop`.
-            let first = stop.trailing_zeros() - 7;
-            special |= not_plain & ((1u64 << first) - 1);
-            return (pos + first as usize / 8, special == 0, first_chunk);
-        }
-        special |= not_plain;
-        pos += 8;
-        chunk = load(pos);
-    }
+/// The end of the run of word bytes from `start`, byte by byte: only for a run that fills a whole
+/// block of [`Tokenizer::each_token`] (64 bytes or more).
+#[inline(never)]
+fn word_end(bytes: &[u8], start: usize) -> usize {
+    bytes[start..]
+        .iter()
+        .position(|&b| !is_word_byte(b))
+        .map_or(bytes.len(), |n| start + n)
 }
 
 /// The last bytes of a text, fewer than eight, zero padded. Out of line: inlined, the compiler
@@ -858,6 +820,56 @@ fn load_tail(rest: &[u8]) -> u64 {
     u64::from_le_bytes(chunk)
 }
 
+/// Whether a byte is a word byte ([`CLASS`]'s `WORD`), by arithmetic rather than the table, so that
+/// [`word_mask64`] vectorises.
+#[inline(always)]
+fn is_word_byte(b: u8) -> bool {
+    ((b | 0x20).wrapping_sub(b'a') < 26) | (b.wrapping_sub(b'0') < 10) | (b == b'\'') | (b >= 0x80)
+}
+
+/// Gathers bit 0 of each of eight bytes into the top byte of the product, byte `k` to bit `56 + k`
+/// (each pair of set bits lands on a bit of its own, so nothing carries).
+const GATHER: u64 = 0x0102_0408_1020_4080;
+
+/// The word bytes of 64 bytes as a bitmask, bit `j` for byte `j`. Written so that the compiler
+/// vectorises the classification (a flag byte per byte); one multiply then gathers eight flags.
+#[inline(always)]
+fn word_mask64(block: &[u8; 64]) -> u64 {
+    let flags: [u8; 64] = std::array::from_fn(|j| u8::from(is_word_byte(block[j])));
+    let mut mask = 0;
+    for (k, eight) in flags.as_chunks::<8>().0.iter().enumerate() {
+        mask |= (u64::from_le_bytes(*eight).wrapping_mul(GATHER) >> 56) << (8 * k);
+    }
+    mask
+}
+
+/// [`word_mask64`] of the (up to) 64 bytes of `bytes` from `start`; bytes past the end are no word
+/// bytes.
+#[inline(always)]
+fn word_mask(bytes: &[u8], start: usize) -> u64 {
+    match bytes[start..].first_chunk::<64>() {
+        Some(block) => word_mask64(block),
+        None => word_mask_tail(&bytes[start..]),
+    }
+}
+
+/// [`word_mask`] of a text's last bytes, fewer than 64, zero padded (out of line, once a text).
+#[inline(never)]
+fn word_mask_tail(rest: &[u8]) -> u64 {
+    let mut block = [0u8; 64];
+    block[..rest.len()].copy_from_slice(rest);
+    word_mask64(&block)
+}
+
+/// The eight bytes from `start`, zero padded at the text's end.
+#[inline(always)]
+fn load8(bytes: &[u8], start: usize) -> u64 {
+    match bytes[start..].first_chunk::<8>() {
+        Some(c) => u64::from_le_bytes(*c),
+        None => load_tail(&bytes[start..]),
+    }
+}
+
 impl Tokenizer {
     /// [`content_tokens`], reusing this tokenizer's buffers.
     pub fn tokens(&mut self, text: &str, out: &mut Vec<Token>) {
@@ -866,49 +878,105 @@ impl Tokenizer {
 
     /// Calls `emit` with each content token of `text` in order, as [`Tokenizer::tokens`] would
     /// append them, for callers that stream tokens rather than keep them.
+    ///
+    /// The text is taken 64 bytes at a time as a bitmask of its word bytes; each run of word bytes
+    /// is a word (when it starts with a letter or a non-ASCII byte), a number and what follows it
+    /// (a digit), or a stray apostrophe and what follows it. The bytes between tokens are only read
+    /// to tell a name from a sentence's first word.
     #[inline]
     pub fn each_token(&mut self, text: &str, mut emit: impl FnMut(Token)) {
         let Tokenizer { word, cache } = self;
-        let mut sentence_start = true;
         let bytes = text.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            let c = bytes[i];
-            let class = CLASS[usize::from(c)];
-            if class & WORD_START != 0 {
-                let start = i;
-                let (end, plain, chunk) = word_end(bytes, start);
-                i = end;
-                let name = c.is_ascii_uppercase() && !sentence_start;
-                sentence_start = false;
-                let len = end - start;
-                let entry = if plain && len <= WordCache::MAX_LEN {
-                    // The packed lowercase word is the cache key.
-                    let key = if len <= 8 {
-                        u128::from(lower_plain8(chunk & KEEP_BYTES[len] as u64))
-                    } else {
-                        pack_plain(bytes, start, len)
-                    };
-                    cache.get_packed(key, len)
-                } else {
-                    other_word(text, start..end, word, cache)
-                };
-                if !entry.stopword {
-                    emit(entry.token(name));
+        // Where the last token ended, `None` before the first: a capitalised word is a name unless
+        // a clause ends between that token and it.
+        let mut last_end = None;
+        let mut base = 0;
+        'blocks: while base < bytes.len() {
+            let mut words = word_mask(bytes, base);
+            while words != 0 {
+                let skip = words.trailing_zeros() as usize;
+                let run = (!(words >> skip)).trailing_zeros() as usize;
+                let start = base + skip;
+                let mut end = start + run;
+                if skip + run == 64 && end < bytes.len() {
+                    // The run may go on past this block: take a block from its start, or past 64
+                    // bytes, find its end byte by byte.
+                    if skip > 0 {
+                        base = start;
+                        continue 'blocks;
+                    }
+                    end = word_end(bytes, start);
                 }
-                continue;
+                let c = bytes[start];
+                let class = CLASS[usize::from(c)];
+                let next = if class & WORD_START != 0 {
+                    let name = c.is_ascii_uppercase() && !starts_sentence(bytes, last_end, start);
+                    let entry = word_entry(text, start..end, word, cache);
+                    if !entry.stopword {
+                        emit(entry.token(name));
+                    }
+                    last_end = Some(end);
+                    end
+                } else if class & DIGIT != 0 {
+                    let mut i = start;
+                    emit(number(bytes, &mut i, word));
+                    last_end = Some(i);
+                    i
+                } else {
+                    // An apostrophe that starts no word.
+                    start + 1
+                };
+                if next - base >= 64 {
+                    base = next;
+                    continue 'blocks;
+                }
+                words &= u64::MAX << (next - base);
             }
-            if class & DIGIT != 0 {
-                emit(number(bytes, &mut i, word));
-                sentence_start = false;
-                continue;
-            }
-            if class & CLAUSE_END != 0 {
-                sentence_start = true;
-            }
-            i += 1;
+            base += 64;
         }
     }
+}
+
+/// Whether a capitalised word at `start` begins a sentence: no token before it, or a clause end
+/// ('.', '!', '?', ':', a newline) since the last one, which ended at `last_end`.
+#[inline(never)]
+fn starts_sentence(bytes: &[u8], last_end: Option<usize>, start: usize) -> bool {
+    last_end.is_none_or(|e| {
+        bytes[e..start]
+            .iter()
+            .any(|&b| CLASS[usize::from(b)] & CLAUSE_END != 0)
+    })
+}
+
+/// Whether the (zero padded) bytes of a word are plain: no non-ASCII byte and no apostrophe (a
+/// zero byte of `x ^ '\''`, which adding 0x7F to each 7-bit byte finds without carries).
+#[inline(always)]
+fn plain8(x: u64) -> bool {
+    x & HIGH == 0 && ((x ^ (u64::from(b'\'') * ONES)) + 0x7F * ONES) & HIGH == HIGH
+}
+
+/// The entry of the word at `span`: from the word cache by its packed lowercase bytes when it is
+/// plain and short enough to be a key, else by [`other_word`].
+#[inline(always)]
+fn word_entry(
+    text: &str,
+    span: Range<usize>,
+    word: &mut Vec<u8>,
+    cache: &mut WordCache,
+) -> WordEntry {
+    let bytes = text.as_bytes();
+    let len = span.len();
+    if len <= 8 {
+        let chunk = load8(bytes, span.start) & KEEP_BYTES[len] as u64;
+        if plain8(chunk) {
+            return cache.get_packed(u128::from(lower_plain8(chunk)), len);
+        }
+    } else if len <= WordCache::MAX_LEN
+        && let Some(key) = pack_plain(bytes, span.start, len)
+    {
+        return cache.get_packed(key, len);
+    }
+    other_word(text, span, word, cache)
 }
 
 /// The entry of a word that is not plain (an apostrophe, non-ASCII letters) or longer than the
@@ -970,17 +1038,18 @@ fn number(bytes: &[u8], i: &mut usize, word: &mut Vec<u8>) -> Token {
     }
 }
 
-/// The lowercase form of the plain word (ASCII letters and digits) of `len` <= 16 bytes at `start`,
-/// packed as [`pack`] does. For letters and digits, lowercasing is setting bit 5 wherever bit 6 is
-/// set, which a 128-bit word does for all 16 bytes at once.
+/// The lowercase form of the word of `len` <= 16 bytes at `start`, packed as [`pack`] does, if it
+/// is plain (ASCII letters and digits; `None` otherwise). For letters and digits, lowercasing is
+/// setting bit 5 wherever bit 6 is set, which a 128-bit word does for all 16 bytes at once.
 #[inline]
-fn pack_plain(bytes: &[u8], start: usize, len: usize) -> u128 {
+fn pack_plain(bytes: &[u8], start: usize, len: usize) -> Option<u128> {
     let raw = match bytes[start..].first_chunk::<16>() {
         Some(chunk) => u128::from_le_bytes(*chunk),
         None => pack_tail(&bytes[start..start + len]),
     };
     let word = raw & KEEP_BYTES[len];
-    word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1)
+    (plain8(word as u64) && plain8((word >> 64) as u64))
+        .then_some(word | ((word & 0x4040_4040_4040_4040_4040_4040_4040_4040) >> 1))
 }
 
 /// [`pack_plain`] for a word of up to eight bytes already loaded (and masked to its length).
@@ -1126,10 +1195,11 @@ mod tests {
         let text = b"Hello WORLD abcdefghijklmnop Z09az x";
         for (start, len) in [(0, 5), (6, 5), (12, 16), (29, 5), (35, 1)] {
             let lower = text[start..start + len].to_ascii_lowercase();
-            assert_eq!(pack_plain(text, start, len), pack(&lower), "{start}");
+            assert_eq!(pack_plain(text, start, len), Some(pack(&lower)), "{start}");
             if len <= 8 {
-                let (_, _, chunk) = word_end(text, start);
-                let short = u128::from(lower_plain8(chunk & KEEP_BYTES[len] as u64));
+                let chunk = load8(text, start) & KEEP_BYTES[len] as u64;
+                assert!(plain8(chunk), "{start}");
+                let short = u128::from(lower_plain8(chunk));
                 assert_eq!(short, pack(&lower), "{start}");
             }
         }
@@ -1217,7 +1287,7 @@ mod tests {
             let c = bytes[i];
             let class = CLASS[usize::from(c)];
             if class & WORD_START != 0 {
-                let (end, _, _) = reference_word_end(bytes, i);
+                let end = reference_word_end(bytes, i);
                 let name = c.is_ascii_uppercase() && !sentence_start;
                 sentence_start = false;
                 let raw = &text[i..end];
@@ -1280,43 +1350,48 @@ mod tests {
         out
     }
 
-    /// The byte-at-a-time word scan that [`word_end`] replaced: the reference it must match (with
-    /// the eight bytes from `start`, zero padded).
-    fn reference_word_end(bytes: &[u8], start: usize) -> (usize, bool, u64) {
-        let mut first = [0u8; 8];
-        let from = &bytes[start.min(bytes.len())..];
-        let n = from.len().min(8);
-        first[..n].copy_from_slice(&from[..n]);
+    /// The end of a run of word bytes, by the table, byte by byte.
+    fn reference_word_end(bytes: &[u8], start: usize) -> usize {
         let mut i = start;
-        let mut classes = PLAIN;
-        while let Some(&b) = bytes.get(i) {
-            let class = CLASS[usize::from(b)];
-            if class & WORD == 0 {
-                break;
-            }
-            classes &= class;
+        while bytes
+            .get(i)
+            .is_some_and(|&b| CLASS[usize::from(b)] & WORD != 0)
+        {
             i += 1;
         }
-        (i, classes & PLAIN != 0, u64::from_le_bytes(first))
+        i
+    }
+
+    /// The word-byte bitmask of `bytes[start..]`'s first 64 bytes, by the table.
+    fn reference_word_mask(bytes: &[u8], start: usize) -> u64 {
+        (0..64).fold(0, |mask, j| {
+            let word = bytes
+                .get(start + j)
+                .is_some_and(|&b| CLASS[usize::from(b)] & WORD != 0);
+            mask | (u64::from(word) << j)
+        })
     }
 
     #[test]
     fn word_scan_classifies_every_byte_as_the_table_does() {
         let bytes: Vec<u8> = (0..=255u8).collect();
         for b in 0..=255u8 {
-            let chunk = u64::from_le_bytes([b, 0, b, b, 0, b, b, b]);
-            let (word, special) = classify8(chunk);
             let class = CLASS[usize::from(b)];
-            assert_eq!(word & 0x80 != 0, class & WORD != 0, "{b}");
-            assert_eq!(
-                special & 0x80 != 0,
-                class & WORD != 0 && class & PLAIN == 0,
-                "{b}"
-            );
-            assert_eq!(word & 0x8000, 0, "a zero byte is no word byte");
+            assert_eq!(is_word_byte(b), class & WORD != 0, "{b}");
+            if class & WORD != 0 {
+                // A one-byte word, zero padded: plain when the table says so.
+                assert_eq!(plain8(u64::from(b)), class & PLAIN != 0, "{b}");
+            }
             assert_eq!(
                 word_end(&bytes, usize::from(b)),
                 reference_word_end(&bytes, usize::from(b))
+            );
+        }
+        for start in [0, 64, 128, 192, 200] {
+            assert_eq!(
+                word_mask(&bytes, start),
+                reference_word_mask(&bytes, start),
+                "{start}"
             );
         }
     }
@@ -1329,12 +1404,18 @@ mod tests {
                     b'a', b'Z', b'0', b'9', b'\'', b' ', b'.', b'@', b'[', b'`', b'{', b'/', b':',
                     0xC3, 0xA9, 0x80, 0xFF, 0x00, b'-', b'_',
                 ]),
-                0..40,
+                0..150,
             ),
-            start in 0usize..40,
+            start in 0usize..150,
         ) {
             let start = start.min(text.len());
             proptest::prop_assert_eq!(word_end(&text, start), reference_word_end(&text, start));
+            if start < text.len() {
+                proptest::prop_assert_eq!(
+                    word_mask(&text, start),
+                    reference_word_mask(&text, start)
+                );
+            }
         }
 
         #[test]
