@@ -447,16 +447,21 @@ impl AnswerIndex {
         };
         let in_answer = mark(&mut self.hashes, t.hash);
         mark(&mut self.prefixes, t.prefix);
-        if in_answer && let Some((b, true)) = stream.last[1] {
-            if !stream.context_start {
-                mark(&mut self.pairs, bigram(b, t.hash));
+        let run = stream.state & ContextStream::RUN;
+        if in_answer && run >= 1 {
+            if stream.state & ContextStream::START == 0 {
+                mark(&mut self.pairs, bigram(stream.last, t.hash));
             }
-            if let Some((a, true)) = stream.last[0] {
-                mark(&mut self.triples, trigram(a, b, t.hash));
+            if run >= 2 {
+                mark(
+                    &mut self.triples,
+                    trigram(stream.before, stream.last, t.hash),
+                );
             }
         }
-        stream.last = [stream.last[1], Some((t.hash, in_answer))];
-        stream.context_start = false;
+        stream.before = stream.last;
+        stream.last = t.hash;
+        stream.state = if in_answer { (run + 1).min(2) } else { 0 };
     }
 
     fn in_context(set: &HashSet64, key: u64) -> bool {
@@ -541,23 +546,35 @@ impl AnswerIndex {
     }
 }
 
-/// Where the contexts' token stream is, for [`AnswerIndex::mark`]: the last two tokens' hashes and
-/// whether each is an answer token (triples run across context boundaries, pairs do not, as they
-/// did when first trained), and whether the next token starts a context.
+/// Where the contexts' token stream is, for [`AnswerIndex::mark`]: the last two tokens' hashes, how
+/// many of the last tokens in a row are answer tokens (triples run across context boundaries, pairs
+/// do not, as they did when first trained), and whether the next token starts a context.
 #[derive(Debug, Default)]
 struct ContextStream {
-    last: [Option<(u64, bool)>; 2],
-    context_start: bool,
+    /// The last token's hash (meaningful when the run is at least one).
+    last: u64,
+    /// The hash of the token before it (meaningful when the run is two).
+    before: u64,
+    /// The run of answer tokens ending at the last token, 0 to 2 (2: two or more), in the low bits
+    /// ([`ContextStream::RUN`]), and [`ContextStream::START`] when the next token starts a context.
+    state: u8,
 }
 
 impl ContextStream {
+    const RUN: u8 = 3;
+    const START: u8 = 4;
+
+    /// The next token starts a context.
+    fn start_context(&mut self) {
+        self.state |= Self::START;
+    }
+
     /// Moves past a context token that is neither an answer token nor shares an answer token's
     /// prefix, as [`AnswerIndex::mark`] would after finding it in none of the answer's sets (a
     /// token that is not an answer token never joins a pair or triple, so its hash is not kept).
     #[inline]
     fn pass(&mut self) {
-        self.last = [self.last[1], Some((0, false))];
-        self.context_start = false;
+        self.state = 0;
     }
 }
 
@@ -723,7 +740,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     let mut stream = ContextStream::default();
     // The contexts stream through once, token by token, without being stored.
     for (rank, c) in trace.contexts.iter().enumerate() {
-        stream.context_start = true;
+        stream.start_context();
         let mut hits = 0;
         // Most context tokens fail the filter: that path stays inlined in the tokenizer's loop,
         // the lookups are out of line.
