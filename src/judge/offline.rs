@@ -8,14 +8,14 @@
 //! It runs on every trace, so it is built to cost little: each text is tokenized once into 64-bit
 //! hashes that every signal shares; the sets it probes are reusable hash sets in a per-thread
 //! [`Scratch`], so a worker allocates nothing per trace once its buffers have grown; the phrase lists
-//! are one Aho-Corasick automaton over the lowercased answer. The scores are bit-identical to the
+//! are one Aho-Corasick automaton, ASCII case-insensitive, over the answer. The scores are bit-identical to the
 //! first, simpler implementation the committed model was trained with (the tests hold both).
 
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -354,8 +354,6 @@ pub struct Scratch {
     tokenizer: Tokenizer,
     answer: AnswerIndex,
     query: QueryIndex,
-    /// The answer, ASCII-lowercased, for the phrase automaton.
-    lower: Vec<u8>,
 }
 
 impl Scratch {
@@ -731,7 +729,6 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
         tokenizer,
         answer,
         query,
-        lower,
     } = scratch;
     answer.build(&trace.answer, tokenizer);
     query.build(&trace.query, tokenizer);
@@ -755,7 +752,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
         query.add_context(rank, hits);
     }
     let stats = answer.stats(query);
-    let phrases = Phrases::scan(&trace.answer, lower);
+    let phrases = Phrases::scan(&trace.answer);
     let citations = citations(trace);
     let features = features(&stats, answer, context_tokens, query, phrases, citations);
     Extraction {
@@ -836,7 +833,7 @@ fn features(
 /// Phrase lists, matched case-insensitively on word boundaries.
 ///
 /// They were regular expressions (`(?i)\b(...)`, trailing `\b` for hedges and advice); they are now
-/// literals for one Aho-Corasick automaton over the answer's ASCII-lowercased bytes, with the word
+/// literals for one ASCII case-insensitive Aho-Corasick automaton over the answer's bytes, with the word
 /// boundaries checked by hand on the original text, which finds the same matches (the tests compare
 /// both on generated text). Each list's phrases are whole words that cannot overlap one another on
 /// word boundaries, so counting every boundary-respecting overlapping match counts what the
@@ -940,13 +937,17 @@ static PHRASES: LazyLock<(AhoCorasick, Vec<Lexicon>)> = LazyLock::new(|| {
         .iter()
         .flat_map(|(list, kind)| list.iter().map(move |p| (*p, *kind)))
         .unzip();
-    let automaton = AhoCorasick::new(patterns).expect("static phrase patterns build");
+    let automaton = AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .kind(Some(AhoCorasickKind::DFA))
+        .build(patterns)
+        .expect("static phrase patterns build");
     (automaton, kinds)
 });
 
 /// The regular expressions the phrase lists replace, used only for answers holding one of the two
 /// non-ASCII characters that Unicode case-insensitive matching equates with an ASCII letter (KELVIN
-/// SIGN with k, LONG S with s), which a byte-wise lowercase cannot see.
+/// SIGN with k, LONG S with s), which ASCII case-insensitive matching cannot see.
 static REFUSAL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b(i (cannot|can't|can not|am unable to|'m unable to|do not know|don't know)|i'm sorry|i am sorry|unable to (answer|provide|find|determine)|(does|do) not (provide|contain|mention|include|specify|say)|(no|not enough|insufficient) (specific )?information|not (mentioned|provided|specified|stated|available) in|there is no (mention|information)|cannot (be )?(answer|determine))",
@@ -976,7 +977,7 @@ struct Phrases {
 }
 
 impl Phrases {
-    fn scan(answer: &str, lower: &mut Vec<u8>) -> Phrases {
+    fn scan(answer: &str) -> Phrases {
         if !answer.is_ascii() && answer.contains(ASCII_FOLDING) {
             return Phrases {
                 refusal: REFUSAL.is_match(answer),
@@ -984,11 +985,9 @@ impl Phrases {
                 advice: ADVICE.find_iter(answer).count(),
             };
         }
-        lower.clear();
-        lower.extend(answer.bytes().map(|b| b.to_ascii_lowercase()));
         let (automaton, kinds) = &*PHRASES;
         let mut p = Phrases::default();
-        for m in automaton.find_overlapping_iter(lower.as_slice()) {
+        for m in automaton.find_overlapping_iter(answer) {
             // Every pattern starts and ends with a letter, so `\b` there means no word character
             // beside it.
             if !word_boundary_before(answer, m.start()) {
@@ -1265,7 +1264,7 @@ mod tests {
                 .zip(&upper)
                 .map(|(p, u)| if *u { p.to_uppercase() } else { (*p).to_owned() })
                 .collect();
-            let got = Phrases::scan(&text, &mut Vec::new());
+            let got = Phrases::scan(&text);
             let want = Phrases {
                 refusal: REFUSAL.is_match(&text),
                 hedges: HEDGE.find_iter(&text).count(),

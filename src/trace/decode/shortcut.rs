@@ -162,11 +162,17 @@ impl<'a> Reader<'a> {
             return None;
         }
         let start = self.at + 1;
-        let len = memchr::memchr2(b'"', b'\\', &self.bytes()[start..])?;
-        let end = start + len;
-        if self.bytes()[end] != b'"' || has_control(&self.bytes()[start..end]) {
-            return None;
-        }
+        let end = match short_string_len(&self.bytes()[start..]) {
+            Short::Plain(len) => start + len,
+            Short::Other => return None,
+            Short::Long => {
+                let end = start + memchr::memchr2(b'"', b'\\', &self.bytes()[start..])?;
+                if self.bytes()[end] != b'"' || has_control(&self.bytes()[start..end]) {
+                    return None;
+                }
+                end
+            }
+        };
         self.at = end + 1;
         // Both ends are ASCII quotes, so char boundaries of the (valid UTF-8) text.
         self.text.get(start..end)
@@ -395,18 +401,73 @@ fn ends_value(next: Option<&u8>) -> bool {
     )
 }
 
+/// What the first [`SHORT`] bytes of a string's body (after its opening quote) tell.
+#[derive(Debug, PartialEq, Eq)]
+enum Short {
+    /// A plain string of this many bytes: its closing quote comes first.
+    Plain(usize),
+    /// An escape or a control character comes first, or the text ends: not a plain string.
+    Other,
+    /// Neither within [`SHORT`] bytes: a longer string, for `memchr`.
+    Long,
+}
+
+/// Bytes of a string looked at eight at a time before handing it to `memchr`: keys, ids and most
+/// short values end within them, and three word tests are cheaper than `memchr`'s setup for those.
+const SHORT: usize = 24;
+
+/// The first of a closing quote, an escape or a control character in the first [`SHORT`] bytes of
+/// `body`.
+#[inline]
+fn short_string_len(body: &[u8]) -> Short {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES * 0x80;
+    // A byte's top bit set where a byte is zero, exact at the lowest such byte (a borrow only
+    // flags bytes above one that is).
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let mut at = 0;
+    while at + 8 <= body.len().min(SHORT) {
+        let w = u64::from_le_bytes(body[at..at + 8].try_into().expect("eight bytes"));
+        // Each test is exact at its lowest flagged byte, so the lowest flag of all three is.
+        let stops = zero(w ^ (ONES * u64::from(b'"')))
+            | zero(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
+        if stops != 0 {
+            let i = at + stops.trailing_zeros() as usize / 8;
+            return if body[i] == b'"' {
+                Short::Plain(i)
+            } else {
+                Short::Other
+            };
+        }
+        at += 8;
+    }
+    for (i, &b) in body.iter().enumerate().take(SHORT).skip(at) {
+        match b {
+            b'"' => return Short::Plain(i),
+            b'\\' | 0..=0x1F => return Short::Other,
+            _ => {}
+        }
+    }
+    if body.len() <= SHORT {
+        Short::Other
+    } else {
+        Short::Long
+    }
+}
+
 /// Whether `bytes` holds a control character, which a JSON string may not.
 fn has_control(bytes: &[u8]) -> bool {
-    // Eight bytes at a time: `(w - 0x20..) & !w` has a byte's top bit set where the first byte
-    // below 0x20 is (and perhaps above it), never without one.
-    const ONES: u64 = u64::MAX / 255;
-    let mut words = bytes.chunks_exact(8);
-    let mut below = 0u64;
-    for w in &mut words {
-        let w = u64::from_le_bytes(w.try_into().expect("chunks of 8 bytes"));
-        below |= w.wrapping_sub(ONES * 0x20) & !w;
+    // The lowest byte of each 64-byte block, a fold without a branch per byte that the compiler
+    // turns into vector minimums; stops at the first block that has one.
+    let lowest = |block: &[u8]| block.iter().fold(u8::MAX, |low, &b| low.min(b));
+    let mut blocks = bytes.chunks_exact(64);
+    for block in &mut blocks {
+        if lowest(block) < 0x20 {
+            return true;
+        }
     }
-    below & (ONES * 0x80) != 0 || words.remainder().iter().any(|&b| b < 0x20)
+    lowest(blocks.remainder()) < 0x20
 }
 
 #[cfg(test)]
@@ -505,6 +566,56 @@ mod tests {
                     bytes[at - 1] = 0xff;
                 }
                 assert!(!has_control(&bytes));
+            }
+        }
+    }
+
+    /// The byte loop for short strings and `memchr` for long ones read every string as one pass of
+    /// the whole string would: a plain string's end, or nothing at an escape, a control character
+    /// or a missing closing quote, wherever it falls around the hand-over at [`SHORT`] bytes.
+    #[test]
+    fn plain_strings_end_where_a_whole_pass_says() {
+        let reference = |body: &[u8]| -> Option<usize> {
+            let end = body.iter().position(|&b| b == b'"' || b == b'\\')?;
+            (body[end] == b'"' && body[..end].iter().all(|&b| b >= 0x20)).then_some(end)
+        };
+        for len in 0..2 * SHORT + 2 {
+            for at in 0..=len {
+                // Filler around the thresholds of the word tests, and non-ASCII (2-byte) text.
+                let fillers: [&[u8]; 2] = [b" !#[]~\x7fa", "\u{e9}".as_bytes()];
+                for (filler, stop) in fillers.iter().flat_map(|f| {
+                    [Some(b'"'), Some(b'\\'), Some(0u8), Some(0x1f), None].map(|s| (f, s))
+                }) {
+                    if filler.len() == 2 && (len % 2 == 1 || at % 2 == 1) {
+                        continue;
+                    }
+                    let mut body: Vec<u8> = filler.iter().copied().cycle().take(len).collect();
+                    if let Some(b) = stop {
+                        if at == len {
+                            body.push(b);
+                        } else {
+                            body[at] = b;
+                            if filler.len() == 2 {
+                                // The rest of the replaced character.
+                                body[at + 1] = b'a';
+                            }
+                        }
+                    }
+                    // Something after the body, as a message has (or not: the text ends).
+                    for tail in [&b""[..], b"\",\"x\"", b"\\\""] {
+                        let mut text = b"\"".to_vec();
+                        text.extend_from_slice(&body);
+                        text.extend_from_slice(tail);
+                        let text = String::from_utf8(text).unwrap();
+                        let mut r = Reader { text: &text, at: 0 };
+                        let want = reference(&text.as_bytes()[1..]);
+                        let got = r.plain_string().map(str::len);
+                        assert_eq!(got, want, "{text:?}");
+                        if let Some(n) = got {
+                            assert_eq!(r.at, n + 2);
+                        }
+                    }
+                }
             }
         }
     }
