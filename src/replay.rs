@@ -458,15 +458,9 @@ fn write_record(
             let s = summary.stratum(stratum);
             s.traces += 1;
             s.retrieval.extend(retrieval);
-            let usage = trace
-                .metadata
-                .field::<serde_json::Value>("usage")
-                .unwrap_or_default();
-            if let (Some(p), c) = (
-                usage["prompt_tokens"].as_f64(),
-                usage["completion_tokens"].as_f64().unwrap_or(0.0),
-            ) {
-                s.tokens.push(p + c);
+            let usage = trace.metadata.usage();
+            if let Some(p) = usage.prompt_tokens {
+                s.tokens.push(p + usage.completion_tokens.unwrap_or(0.0));
             }
             s.refusals += u64::from(verdict.refusal);
             for (m, (sum, n)) in s.score_sums.iter_mut() {

@@ -65,9 +65,9 @@ impl Metadata {
             Repr::Null => None,
             Repr::Text(text) => {
                 let mut de = serde_json::Deserializer::from_str(text);
-                FieldSeed::<T> {
+                FieldSeed::<AsValue<T>> {
                     key,
-                    found: std::marker::PhantomData,
+                    read: std::marker::PhantomData,
                 }
                 .deserialize(&mut de)
                 .ok()
@@ -76,6 +76,112 @@ impl Metadata {
             Repr::Value(v) => T::deserialize(v.get(key)?).ok(),
         }
     }
+
+    /// The token counts in the member `usage`, as `usage["prompt_tokens"].as_f64()` and
+    /// `usage["completion_tokens"].as_f64()` read them off the `Value`, without building the usage
+    /// object (replay reads them off every trace).
+    pub fn usage(&self) -> Usage {
+        match &self.0 {
+            Repr::Null => Usage::default(),
+            Repr::Text(text) => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                FieldSeed::<Usage> {
+                    key: "usage",
+                    read: std::marker::PhantomData,
+                }
+                .deserialize(&mut de)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+            }
+            Repr::Value(v) => Usage {
+                prompt_tokens: v["usage"]["prompt_tokens"].as_f64(),
+                completion_tokens: v["usage"]["completion_tokens"].as_f64(),
+            },
+        }
+    }
+}
+
+/// The token counts a generator reported in its trace's `metadata.usage`: each the member's number,
+/// or `None` when it is missing or not a number (or `usage` is no object).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: Option<f64>,
+    /// `usage.completion_tokens`.
+    pub completion_tokens: Option<f64>,
+}
+
+/// Reads any JSON value: an object's two counts (numbers only, a repeated key's last value), and
+/// nothing from any other value, never an error, so that it reads what indexing a `Value` reads.
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UsageVisitor)
+    }
+}
+
+struct UsageVisitor;
+
+impl<'de> Visitor<'de> for UsageVisitor {
+    type Value = Usage;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
+        let mut usage = Usage::default();
+        while let Some(key) = map.next_key::<UsageKey>()? {
+            let count = |v: Value| v.as_f64();
+            match key {
+                UsageKey::PromptTokens => usage.prompt_tokens = count(map.next_value()?),
+                UsageKey::CompletionTokens => usage.completion_tokens = count(map.next_value()?),
+                UsageKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(usage)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Usage, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Usage::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<Usage, E> {
+        Ok(Usage::default())
+    }
+}
+
+/// The members of `usage` that are read.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageKey {
+    PromptTokens,
+    CompletionTokens,
+    #[serde(other)]
+    Other,
 }
 
 impl From<Value> for Metadata {
@@ -110,34 +216,64 @@ impl<'de> Deserialize<'de> for Metadata {
     }
 }
 
-/// Reads one member of an object: `Some(None)` when the object has no such member, `None` (an
-/// error) when the value is not an object.
-struct FieldSeed<'k, T> {
+/// Reads one member of an object as an `R`: `Some(None)` when the object has no such member, `None`
+/// (an error) when the value is not an object.
+struct FieldSeed<'k, R> {
     key: &'k str,
-    found: std::marker::PhantomData<T>,
+    read: std::marker::PhantomData<R>,
 }
 
-impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for FieldSeed<'_, T> {
-    type Value = Option<T>;
+/// A member's value read as a `Value`, then as a `T` (none when it is not one, as `Value::as_*`
+/// would give).
+struct AsValue<T>(Option<T>);
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+impl<'de, T: DeserializeOwned> Deserialize<'de> for AsValue<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(|v| AsValue(T::deserialize(v).ok()))
+    }
+}
+
+/// What a member reads as: [`AsValue`] unwraps to its `Option`; a type that reads any value
+/// without error (such as [`Usage`]) reads as itself.
+trait Member: Sized {
+    type Out;
+    fn out(self) -> Option<Self::Out>;
+}
+
+impl<T> Member for AsValue<T> {
+    type Out = T;
+    fn out(self) -> Option<T> {
+        self.0
+    }
+}
+
+impl Member for Usage {
+    type Out = Usage;
+    fn out(self) -> Option<Usage> {
+        Some(self)
+    }
+}
+
+impl<'de, R: DeserializeOwned + Member> DeserializeSeed<'de> for FieldSeed<'_, R> {
+    type Value = Option<R::Out>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, T: DeserializeOwned> Visitor<'de> for FieldSeed<'_, T> {
-    type Value = Option<T>;
+impl<'de, R: DeserializeOwned + Member> Visitor<'de> for FieldSeed<'_, R> {
+    type Value = Option<R::Out>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = None;
         while let Some(hit) = map.next_key_seed(KeyIs(self.key))? {
             if hit {
-                // A member that is not a `T` reads as none, as `Value::as_*` would give.
-                found = map.next_value::<Value>().map(|v| T::deserialize(v).ok())?;
+                found = map.next_value::<R>()?.out();
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -199,6 +335,42 @@ mod tests {
         }
         assert_eq!(t, v);
         assert_eq!(serde_json::to_value(&t).unwrap(), t.value());
+    }
+
+    /// `usage()` reads what indexing the `Value` reads, whatever `usage` holds.
+    #[test]
+    fn usage_reads_as_indexing_the_value() {
+        for s in [
+            r#"{"usage":{"prompt_tokens":120,"completion_tokens":30}}"#,
+            r#"{"usage":{"prompt_tokens":1.5e3,"other":{"x":[1,{"y":2}]},"completion_tokens":-2}}"#,
+            r#"{"usage":{"completion_tokens":30}}"#,
+            r#"{"usage":{"prompt_tokens":"120","completion_tokens":null}}"#,
+            r#"{"usage":{"prompt_tokens":7,"prompt_tokens":true}}"#,
+            r#"{"usage":{"prompt_tokens":true,"prompt_tokens":7}}"#,
+            r#"{"usage":{"prompt\u005ftokens":9}}"#,
+            r#"{"usage":[120,30]}"#,
+            r#"{"usage":[[1],{"prompt_tokens":3}],"n":1}"#,
+            r#"{"usage":"120"}"#,
+            r#"{"usage":120}"#,
+            r#"{"usage":-1.5}"#,
+            r#"{"usage":true}"#,
+            r#"{"usage":null}"#,
+            r#"{"usage":[5],"usage":{"prompt_tokens":5}}"#,
+            r#"{"usage":{"prompt_tokens":5},"usage":"x"}"#,
+            r#"{"model":"m"}"#,
+            r#"[{"usage":{"prompt_tokens":5}}]"#,
+            "5",
+            "null",
+        ] {
+            let v: Value = serde_json::from_str(s).unwrap();
+            let want = Usage {
+                prompt_tokens: v["usage"]["prompt_tokens"].as_f64(),
+                completion_tokens: v["usage"]["completion_tokens"].as_f64(),
+            };
+            assert_eq!(text(s).usage(), want, "{s}");
+            assert_eq!(Metadata::from(v).usage(), want, "{s}");
+        }
+        assert_eq!(Metadata::default().usage(), Usage::default());
     }
 
     #[test]

@@ -6,7 +6,7 @@ mod metadata;
 pub mod otlp;
 
 pub use decode::{DecodeError, Decoder, RejectReason};
-pub use metadata::Metadata;
+pub use metadata::{Metadata, Usage};
 
 use serde::Serialize;
 
