@@ -82,6 +82,9 @@ pub struct Pipeline {
     offline: OfflineJudge,
     shared: Shared,
     judge_tx: Option<mpsc::Sender<JudgeJob>>,
+    /// The last message's trace, whose strings the next message is decoded into (a sampled trace
+    /// leaves with its job, and the next one starts afresh).
+    spare: Trace,
 }
 
 impl Pipeline {
@@ -97,6 +100,7 @@ impl Pipeline {
             offline: OfflineJudge::default(),
             shared,
             judge_tx,
+            spare: Trace::default(),
         }
     }
 
@@ -141,24 +145,34 @@ impl Pipeline {
     /// [`Pipeline::ingest`] at a given wall-clock time (simulations drive the clock).
     pub fn ingest_at(&mut self, bytes: &[u8], position: Option<Position>, now: u64) -> Disposition {
         self.shared.metrics.source_messages.inc();
-        let Evaluation {
-            trace,
-            stratum,
-            verdict,
-            ..
-        } = self.evaluate(bytes).0;
-        let trace = match trace {
-            Ok(t) => t,
-            Err(e) => {
-                let at = position
-                    .map(|p| format!("{}/{}", p.partition, p.offset))
-                    .unwrap_or_default();
-                events::trace_rejected(&self.shared.metrics, &e, &at);
-                return Disposition::Done;
-            }
-        };
-        let verdict = verdict.expect("a decoded trace has an offline verdict");
+        let mut trace = std::mem::take(&mut self.spare);
+        if let Err(e) = self.decoder.decode_into(bytes, &mut trace) {
+            self.keep(trace);
+            let at = position
+                .map(|p| format!("{}/{}", p.partition, p.offset))
+                .unwrap_or_default();
+            events::trace_rejected(&self.shared.metrics, &e, &at);
+            return Disposition::Done;
+        }
+        let stratum = self.shared.stratifier.assign(&trace);
+        let verdict = self.offline.score(&trace).verdict_without_details();
         self.judge_and_sample(trace, stratum, verdict, position, now)
+    }
+
+    /// Keeps `trace`'s buffers for the next message, unless they have grown past what a common
+    /// trace needs (one huge message does not pin its memory for the life of the source).
+    fn keep(&mut self, trace: Trace) {
+        const KEEP_BYTES: usize = 64 * 1024;
+        let held = trace.query.capacity()
+            + trace.answer.capacity()
+            + trace
+                .contexts
+                .iter()
+                .map(|c| c.text.capacity())
+                .sum::<usize>();
+        if held <= KEEP_BYTES && trace.contexts.capacity() <= 256 {
+            self.spare = trace;
+        }
     }
 
     /// Takes in one trace already built (assembled from OTLP spans): stratify, offline judge,
@@ -206,10 +220,12 @@ impl Pipeline {
             verdict.uncertain,
         );
         if !decision.sampled() {
+            self.keep(trace);
             return Disposition::Done;
         }
         m.count_sampled(stratum, s);
         let Some(tx) = &self.judge_tx else {
+            self.keep(trace);
             return Disposition::Done;
         };
         let job = JudgeJob {
@@ -227,12 +243,60 @@ impl Pipeline {
             }
             Err(mpsc::error::TrySendError::Full(job)) => {
                 events::trace_skipped(&m, s, SkipReason::QueueFull, &job.trace.trace_id);
+                self.keep(job.trace);
                 Disposition::Done
             }
             Err(mpsc::error::TrySendError::Closed(job)) => {
                 events::trace_skipped(&m, s, SkipReason::Shutdown, &job.trace.trace_id);
+                self.keep(job.trace);
                 Disposition::Done
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The score histograms of `/metrics`, the lines a trace's verdict writes.
+    fn scores(shared: &Shared) -> Vec<String> {
+        shared
+            .metrics
+            .render()
+            .lines()
+            .filter(|l| l.contains("_ratio") && !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Messages decoded into the last message's trace (its strings and contexts reused, a rejected
+    /// message between them) are scored as messages each decoded into a trace of its own.
+    #[test]
+    fn a_reused_trace_scores_as_a_fresh_one() {
+        let messages = [
+            r#"{"trace_id":"a","query":"What does the kettle cost?","contexts":[{"id":"d1","text":"The kettle costs 40 dollars.","score":0.9},{"id":"d2","text":"It is made in Lisbon."},"A plain context about kettles."],"answer":"The kettle costs 40 dollars [d1].","stratum":"head","metadata":{"model":"m","usage":{"prompt_tokens":3}}}"#,
+            r#"{"trace_id":"b","query":"Where is it made?","contexts":["It is made in Porto by Ana Silva."],"answer":"It is made in Lisbon by Maria Keller."}"#,
+            r#"{"trace_id":"c","query":"q","contexts":"#,
+            r#"{"trace_id":"d","query":"Who opened the factory?","contexts":[{"text":"Maria Keller opened the factory in 1990.","score":null},{"id":"x","text":"The factory makes kettles."}],"answer":"Maria Keller opened it in 1990.","label_faithful":true,"relevant_ids":["x"]}"#,
+            r#"{"trace_id":"e","query":"Escaped \"query\"?","contexts":[{"id":7,"text":"An escaped \"text\" and more.","extra":1}],"answer":"I cannot answer that."}"#,
+            r#"{"trace_id":"f","query":"What does the kettle cost?","contexts":[],"answer":"It costs 40 dollars."}"#,
+        ];
+        let config = Config::default();
+        let (reused, fresh) = (Shared::new(&config), Shared::new(&config));
+        let mut one = Pipeline::new(&config, reused.clone(), None);
+        for (i, m) in messages.iter().enumerate() {
+            let now = 1_800_000_000_000 + i as u64;
+            one.ingest_at(m.as_bytes(), None, now);
+            Pipeline::new(&config, fresh.clone(), None).ingest_at(m.as_bytes(), None, now);
+        }
+        assert_eq!(scores(&reused), scores(&fresh));
+        // Five traces decoded (the cut message rejected), one of them in `head`.
+        for line in [
+            r#"ragwatch_answer_relevancy_ratio_count{judge="offline",stratum="default"} 4"#,
+            r#"ragwatch_answer_relevancy_ratio_count{judge="offline",stratum="head"} 1"#,
+        ] {
+            assert!(scores(&reused).iter().any(|l| l == line), "{line}");
         }
     }
 }

@@ -147,25 +147,52 @@ struct NativeTrace<'a> {
 impl NativeTrace<'_> {
     /// The trace these fields make.
     fn into_trace(self) -> Trace {
-        let timestamp_ms = match self.timestamp {
-            Some(Timestamp::Text(s)) => rfc3339_ms(&s),
-            Some(Timestamp::Int(ms)) => Some(ms),
-            Some(Timestamp::Other) | None => None,
-        };
         Trace {
             trace_id: self.trace_id.into_owned(),
-            timestamp_ms,
+            timestamp_ms: native_timestamp_ms(self.timestamp),
             query: self.query.into_owned(),
             contexts: self.contexts.0,
             answer: self.answer.into_owned(),
             stratum: self.stratum.map(Cow::into_owned),
             metadata: self.metadata.unwrap_or_default(),
             label_faithful: self.label_faithful,
-            gold: (self.relevant_ids.is_some() || self.relevance.is_some()).then(|| super::Gold {
-                relevant_ids: self.relevant_ids.unwrap_or_default(),
-                relevance: self.relevance.unwrap_or_default(),
-            }),
+            gold: gold(self.relevant_ids, self.relevance),
         }
+    }
+}
+
+/// The trace's time from its `timestamp` field.
+fn native_timestamp_ms(timestamp: Option<Timestamp<'_>>) -> Option<i64> {
+    match timestamp {
+        Some(Timestamp::Text(s)) => rfc3339_ms(&s),
+        Some(Timestamp::Int(ms)) => Some(ms),
+        Some(Timestamp::Other) | None => None,
+    }
+}
+
+/// The gold relevance, when the trace gives either field.
+fn gold(
+    relevant_ids: Option<Vec<String>>,
+    relevance: Option<std::collections::BTreeMap<String, f64>>,
+) -> Option<super::Gold> {
+    (relevant_ids.is_some() || relevance.is_some()).then(|| super::Gold {
+        relevant_ids: relevant_ids.unwrap_or_default(),
+        relevance: relevance.unwrap_or_default(),
+    })
+}
+
+/// `dst` made `src`, in its own buffer.
+fn set(dst: &mut String, src: &str) {
+    dst.clear();
+    dst.push_str(src);
+}
+
+/// `dst` made `src`, in its own buffer when it has one.
+fn set_opt(dst: &mut Option<String>, src: Option<&str>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => set(d, s),
+        (None, Some(s)) => *dst = Some(s.to_owned()),
+        (_, None) => *dst = None,
     }
 }
 
@@ -467,6 +494,15 @@ impl Decoder {
 
     /// Decodes one message.
     pub fn decode(&self, bytes: &[u8]) -> Result<Trace, DecodeError> {
+        let mut trace = Trace::default();
+        self.decode_into(bytes, &mut trace)?;
+        Ok(trace)
+    }
+
+    /// Decodes one message into `out`, reusing its strings and contexts (a worker that keeps one
+    /// trace allocates nothing for a message of the common shape once its buffers have grown).
+    /// On an error `out` holds no trace (parts of the message, perhaps) and is only fit to reuse.
+    pub fn decode_into(&self, bytes: &[u8], out: &mut Trace) -> Result<(), DecodeError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(DecodeError::new(RejectReason::Empty, "empty payload"));
         }
@@ -482,20 +518,19 @@ impl Decoder {
             std::str::from_utf8(bytes)
                 .map_err(|e| DecodeError::new(RejectReason::NotUtf8, e.to_string()))
         })?;
-        let trace = match &self.mapping {
-            None => self.decode_native(text)?,
-            Some(mapping) => self.decode_mapped(text, mapping)?,
-        };
-        self.check(&trace)?;
-        Ok(trace)
+        match &self.mapping {
+            None => self.decode_native(text, out)?,
+            Some(mapping) => *out = self.decode_mapped(text, mapping)?,
+        }
+        self.check(out)
     }
 
-    fn decode_native(&self, text: &str) -> Result<Trace, DecodeError> {
-        let native: NativeTrace<'_> = match shortcut::native(text) {
-            Some(native) => native,
-            None => serde_json::from_str(text).map_err(classify)?,
-        };
-        Ok(native.into_trace())
+    fn decode_native(&self, text: &str, out: &mut Trace) -> Result<(), DecodeError> {
+        if shortcut::native_into(text, out).is_none() {
+            let native: NativeTrace<'_> = serde_json::from_str(text).map_err(classify)?;
+            *out = native.into_trace();
+        }
+        Ok(())
     }
 
     fn decode_mapped(&self, text: &str, m: &MappingConfig) -> Result<Trace, DecodeError> {

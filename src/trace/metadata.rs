@@ -23,7 +23,8 @@ pub struct Metadata(Repr);
 enum Repr {
     #[default]
     Null,
-    Text(Box<str>),
+    /// A `String`, so that a reused trace's metadata reuses its buffer.
+    Text(String),
     Value(Value),
 }
 
@@ -34,6 +35,17 @@ impl Metadata {
             Metadata(Repr::Null)
         } else {
             Metadata(Repr::Text(text.into()))
+        }
+    }
+
+    /// [`Metadata::from_checked_text`] in place, in this metadata's own buffer when it has one.
+    pub(crate) fn set_checked_text(&mut self, text: &str) {
+        match &mut self.0 {
+            Repr::Text(own) if text != "null" => {
+                own.clear();
+                own.push_str(text);
+            }
+            _ => *self = Metadata::from_checked_text(text),
         }
     }
 

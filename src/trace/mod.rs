@@ -22,7 +22,7 @@ pub struct Context {
 }
 
 /// A decoded, validated trace.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Trace {
     /// Unique per request; the sampling hash key.
     pub trace_id: String,

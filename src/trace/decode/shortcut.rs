@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{Context, Contexts, NativeContext, NativeTrace, id_string};
-use crate::trace::Metadata;
+use super::{NativeContext, gold, id_string, native_timestamp_ms, set, set_opt};
+use crate::trace::{Context, Metadata, Trace};
 
 /// Nesting of objects the shortcut checks itself, at most.
 const MAX_OBJECT_DEPTH: usize = 8;
@@ -26,11 +26,11 @@ const MAX_OBJECT_DEPTH: usize = 8;
 /// so that a value it reads on its own could not have failed that limit in place.
 const MAX_DEPTH: usize = 100;
 
-/// The trace in `text`, when it has the shape the shortcut reads; `None` sends it to the full
-/// decode.
-pub(super) fn native(text: &str) -> Option<NativeTrace<'_>> {
+/// Reads the trace in `text` into `out`, reusing its strings and contexts, when it has the shape
+/// the shortcut reads; `None` sends it to the full decode (with `out` partly overwritten).
+pub(super) fn native_into(text: &str, out: &mut Trace) -> Option<()> {
     let mut r = Reader { text, at: 0 };
-    r.trace()
+    r.trace(out)
 }
 
 /// A place in a message.
@@ -75,8 +75,8 @@ impl<'a> Reader<'a> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
-    /// The top-level object.
-    fn trace(&mut self) -> Option<NativeTrace<'a>> {
+    /// The top-level object, into `out`.
+    fn trace(&mut self, out: &mut Trace) -> Option<()> {
         let mut trace_id = None;
         let mut timestamp = None;
         let mut query = None;
@@ -100,7 +100,10 @@ impl<'a> Reader<'a> {
                     "trace_id" if trace_id.is_none() => trace_id = Some(self.string()?),
                     "query" if query.is_none() => query = Some(self.string()?),
                     "answer" if answer.is_none() => answer = Some(self.string()?),
-                    "contexts" if contexts.is_none() => contexts = Some(self.contexts()?),
+                    "contexts" if contexts.is_none() => {
+                        self.contexts(&mut out.contexts)?;
+                        contexts = Some(());
+                    }
                     "timestamp" if timestamp.is_none() => timestamp = Some(self.value()?),
                     "stratum" if stratum.is_none() => {
                         stratum = Some(match self.peek()? {
@@ -118,8 +121,7 @@ impl<'a> Reader<'a> {
                                 return None;
                             }
                         }
-                        metadata =
-                            Some(Metadata::from_checked_text(self.text.get(start..self.at)?));
+                        metadata = Some(self.text.get(start..self.at)?);
                     }
                     "label_faithful" if label_faithful.is_none() => {
                         label_faithful = Some(self.value()?);
@@ -142,18 +144,19 @@ impl<'a> Reader<'a> {
         if self.at != self.text.len() {
             return None;
         }
-        Some(NativeTrace {
-            trace_id: trace_id?,
-            timestamp: timestamp.flatten(),
-            query: query?,
-            contexts: contexts?,
-            answer: answer?,
-            stratum: stratum.flatten(),
-            metadata,
-            label_faithful: label_faithful.flatten(),
-            relevant_ids: relevant_ids.flatten(),
-            relevance: relevance.flatten(),
-        })
+        let (trace_id, query, answer, ()) = (trace_id?, query?, answer?, contexts?);
+        set(&mut out.trace_id, &trace_id);
+        out.timestamp_ms = native_timestamp_ms(timestamp.flatten());
+        set(&mut out.query, &query);
+        set(&mut out.answer, &answer);
+        set_opt(&mut out.stratum, stratum.flatten().as_deref());
+        match metadata {
+            Some(text) => out.metadata.set_checked_text(text),
+            None => out.metadata = Metadata::default(),
+        }
+        out.label_faithful = label_faithful.flatten();
+        out.gold = gold(relevant_ids.flatten(), relevance.flatten());
+        Some(())
     }
 
     /// A string without escapes or control characters, borrowed; `None` for anything else.
@@ -256,53 +259,59 @@ impl<'a> Reader<'a> {
         serde_json::from_str(self.text.get(start..self.at)?).ok()
     }
 
-    /// The `contexts` array, each context made a [`Context`] as the full decode makes it.
-    fn contexts(&mut self) -> Option<Contexts> {
+    /// The `contexts` array into `out`, each context made a [`Context`] as the full decode makes it,
+    /// in the place (and the strings) of one that was there.
+    fn contexts(&mut self, out: &mut Vec<Context>) -> Option<()> {
         if self.peek()? != b'[' {
             return None;
         }
         self.at += 1;
-        let mut contexts = Vec::new();
+        let mut n = 0;
         self.skip_space();
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(Contexts(contexts));
+            out.clear();
+            return Some(());
         }
         loop {
             self.skip_space();
+            if n == out.len() {
+                out.push(Context {
+                    id: None,
+                    text: String::new(),
+                    score: None,
+                });
+            }
+            let slot = &mut out[n];
             let start = self.at;
-            let context = match self.context() {
-                Some(c) => c,
-                None => {
-                    self.at = start;
-                    let c: NativeContext<'a> = self.value()?;
-                    Context {
-                        id: c.id.and_then(id_string),
-                        text: c.text.into_owned(),
-                        score: c.score,
-                    }
-                }
-            };
-            contexts.push(Context {
-                score: context.score.filter(|s| s.is_finite()),
-                ..context
-            });
+            if self.context(slot).is_none() {
+                self.at = start;
+                let c: NativeContext<'a> = self.value()?;
+                *slot = Context {
+                    id: c.id.and_then(id_string),
+                    text: c.text.into_owned(),
+                    score: c.score,
+                };
+            }
+            slot.score = slot.score.filter(|s| s.is_finite());
+            n += 1;
             if !self.more(b']')? {
                 self.at += 1;
-                return Some(Contexts(contexts));
+                out.truncate(n);
+                return Some(());
             }
         }
     }
 
-    /// A context of the common shape: a plain string, or an object of plain `id` and `text` and a
-    /// number or null `score`, each at most once; `None` for anything else.
-    fn context(&mut self) -> Option<Context> {
+    /// A context of the common shape into `slot`: a plain string, or an object of plain `id` and
+    /// `text` and a number or null `score`, each at most once; `None` for anything else (`slot`
+    /// untouched).
+    fn context(&mut self, slot: &mut Context) -> Option<()> {
         if self.peek()? == b'"' {
-            return Some(Context {
-                id: None,
-                text: self.plain_string()?.to_owned(),
-                score: None,
-            });
+            let text = self.plain_string()?;
+            set(&mut slot.text, text);
+            (slot.id, slot.score) = (None, None);
+            return Some(());
         }
         self.eat(b'{')?;
         let (mut id, mut text, mut score) = (None, None, None);
@@ -334,11 +343,10 @@ impl<'a> Reader<'a> {
             }
         }
         self.at += 1;
-        Some(Context {
-            id: id.map(str::to_owned),
-            text: text?.to_owned(),
-            score: score.flatten(),
-        })
+        set(&mut slot.text, text?);
+        set_opt(&mut slot.id, id);
+        slot.score = score.flatten();
+        Some(())
     }
 
     /// Moves past the next value without reading it: a string, an object or array (strings in it
@@ -472,8 +480,8 @@ fn has_control(bytes: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::NativeTrace;
     use super::*;
-    use crate::trace::Trace;
 
     /// What the full decode makes of `text` (the trace, or the error's reason).
     fn full(text: &str) -> Result<Trace, &'static str> {
@@ -482,12 +490,31 @@ mod tests {
             .map_err(|e| super::super::classify(e).reason.as_str())
     }
 
+    /// A trace that held another message: more contexts, ids, metadata, stratum and gold, for the
+    /// shortcut to overwrite.
+    fn used() -> Trace {
+        full(
+            r#"{"trace_id":"old-id-longer","timestamp":5,"query":"old","contexts":[{"id":"a","text":"one","score":0.5},{"id":"b","text":"two"},"three",{"id":"d","text":"four","score":1}],"answer":"old answer","stratum":"head","metadata":{"m":1},"label_faithful":false,"relevant_ids":["a"],"relevance":{"a":1}}"#,
+        )
+        .expect("a valid trace")
+    }
+
+    /// The shortcut's trace of `text`, read into a fresh trace and into a used one (the same, or
+    /// the shortcut gave up on both).
+    fn native(text: &str) -> Option<Trace> {
+        let (mut fresh, mut reused) = (Trace::default(), used());
+        let a = native_into(text, &mut fresh).map(|()| fresh);
+        let b = native_into(text, &mut reused).map(|()| reused);
+        assert_eq!(a, b, "{text}");
+        a
+    }
+
     /// Whenever the shortcut reads a message, the full decode reads the same trace from it.
     fn agrees(text: &str) -> bool {
         match native(text) {
             None => false,
-            Some(n) => {
-                assert_eq!(Ok(n.into_trace()), full(text), "{text}");
+            Some(t) => {
+                assert_eq!(Ok(t), full(text), "{text}");
                 true
             }
         }
