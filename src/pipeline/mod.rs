@@ -154,9 +154,7 @@ impl Pipeline {
             events::trace_rejected(&self.shared.metrics, &e, &at);
             return Disposition::Done;
         }
-        let stratum = self.shared.stratifier.assign(&trace);
-        let verdict = self.offline.score(&trace).verdict_without_details();
-        self.judge_and_sample(trace, stratum, verdict, position, now)
+        self.ingest_trace_at(trace, position, now)
     }
 
     /// Keeps `trace`'s buffers for the next message, unless they have grown past what a common

@@ -84,6 +84,7 @@ impl Metadata {
                 .deserialize(&mut de)
                 .ok()
                 .flatten()
+                .and_then(|AsValue(found)| found)
             }
             Repr::Value(v) => T::deserialize(v.get(key)?).ok(),
         }
@@ -245,37 +246,16 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for AsValue<T> {
     }
 }
 
-/// What a member reads as: [`AsValue`] unwraps to its `Option`; a type that reads any value
-/// without error (such as [`Usage`]) reads as itself.
-trait Member: Sized {
-    type Out;
-    fn out(self) -> Option<Self::Out>;
-}
-
-impl<T> Member for AsValue<T> {
-    type Out = T;
-    fn out(self) -> Option<T> {
-        self.0
-    }
-}
-
-impl Member for Usage {
-    type Out = Usage;
-    fn out(self) -> Option<Usage> {
-        Some(self)
-    }
-}
-
-impl<'de, R: DeserializeOwned + Member> DeserializeSeed<'de> for FieldSeed<'_, R> {
-    type Value = Option<R::Out>;
+impl<'de, R: DeserializeOwned> DeserializeSeed<'de> for FieldSeed<'_, R> {
+    type Value = Option<R>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, R: DeserializeOwned + Member> Visitor<'de> for FieldSeed<'_, R> {
-    type Value = Option<R::Out>;
+impl<'de, R: DeserializeOwned> Visitor<'de> for FieldSeed<'_, R> {
+    type Value = Option<R>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -285,7 +265,7 @@ impl<'de, R: DeserializeOwned + Member> Visitor<'de> for FieldSeed<'_, R> {
         let mut found = None;
         while let Some(hit) = map.next_key_seed(KeyIs(self.key))? {
             if hit {
-                found = map.next_value::<R>()?.out();
+                found = Some(map.next_value::<R>()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
