@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need when it is missing, then runs the whole suite.
-#   tests/run.sh            unit, property and integration tests (real tansu broker, real promtool,
-#                           a real small model behind llama-cpp-python's OpenAI-compatible server)
+#   tests/run.sh            lint, the manual (mdbook build), unit, property and integration tests
+#                           (real tansu broker, real promtool, a real small model behind
+#                           llama-cpp-python's OpenAI-compatible server)
 #   tests/run.sh --bench    also runs the criterion benchmarks
 #   tests/run.sh --fuzz [SECS]  also fuzzes the decoder for SECS seconds (default 300; needs a nightly
 #                           toolchain and cargo-fuzz, installed when missing); a crash is copied into
@@ -81,8 +82,16 @@ if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
 fi
 export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}"
 
-# Formatting, clippy with warnings denied, docs without warnings: a failure here fails CI.
+# Formatting, clippy with warnings denied, docs without warnings, the release workflow: a failure
+# here fails CI.
 tests/lint.sh
+# The manual (docs/, book.toml): mdbook from crates.io, built once and cached in ~/.cargo/bin; a
+# build error fails CI. tests/docs.rs checks its links and anchors.
+if ! command -v mdbook >/dev/null && [ ! -x "$HOME/.cargo/bin/mdbook" ]; then
+  echo "installing mdbook (the manual's builder; a few minutes, once)"
+  cargo install mdbook --locked --version 0.5.4 --no-default-features --features search
+fi
+"$(command -v mdbook || echo "$HOME/.cargo/bin/mdbook")" build
 # Release mode: the trainer reproduction test fits the offline model six times. Benchmarks run once
 # each in test mode, which checks they work without timing anything.
 cargo test --release --all-targets
