@@ -726,8 +726,13 @@ impl Metrics {
                 }
                 m.no_claims.with_label_values(&[s, j.name()]);
                 m.refusals.with_label_values(&[s, j.name()]);
+                for metric in Metric::ALL {
+                    m.score_squares
+                        .with_label_values(&[metric.name(), s, j.name()]);
+                }
             }
         }
+        m.judge_duration.with_label_values(&["llm"]);
         for s in strata {
             m.same_family.with_label_values(&[s.as_str()]);
         }
@@ -836,6 +841,19 @@ impl Metrics {
                     || self.citations.with_label_values(&[name, valid]),
                     |counter| counter.inc_by(u64::from(n)),
                 );
+            }
+        }
+    }
+
+    /// Creates every term of the combined estimate at zero for `strata`, so a recording rule's
+    /// `increase()` sees each series start from zero rather than at its first trace's value.
+    pub fn precreate_estimate_terms(&self, strata: &[String]) {
+        for s in strata {
+            for metric in Metric::ALL {
+                for term in EstimateSums::TERMS {
+                    self.estimate_terms
+                        .with_label_values(&[metric.name(), s, term]);
+                }
             }
         }
     }

@@ -55,6 +55,29 @@ fn rules_pass_promtool_check_and_unit_tests() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("SUCCESS"));
 }
 
+/// The delta rules subtract the value one evaluation ago: their offset is their group's interval,
+/// or the window sums built on them count a step twice or miss one.
+#[test]
+fn delta_rules_subtract_exactly_their_groups_interval() {
+    let verdict = python(
+        "import yaml,re\nfor g in yaml.safe_load(open('deploy/prometheus/rules.yaml'))['groups']:\n  for r in g['rules']:\n    if ':delta' not in r.get('record', ''): continue\n    offs=set(re.findall(r'offset (\\w+)', r['expr']))\n    tag=re.search(r':delta(\\w+)$', r['record']).group(1)\n    print(r['record'], g.get('interval'), sorted(offs), tag)",
+        &[],
+    );
+    let mut n = 0;
+    for line in verdict.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (record, interval, offsets, tag) = (parts[0], parts[1], parts[2], parts[3]);
+        assert_eq!(
+            offsets,
+            format!("['{interval}']"),
+            "{record}: offsets against interval"
+        );
+        assert_eq!(tag, interval, "{record}: its name says another interval");
+        n += 1;
+    }
+    assert!(n >= 17, "{n} delta rules");
+}
+
 const PROMETHEUS_RULE: &str = "deploy/kubernetes/components/monitoring/prometheusrule.yaml";
 
 #[test]

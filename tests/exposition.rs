@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -157,4 +157,165 @@ fn both_formats_pass_their_parsers_with_the_same_series_and_openmetrics_carries_
         text["body"].as_str().unwrap().len(),
         body.len()
     );
+}
+
+/// The raw families (`ragwatch_...`, not recorded `ragwatch:...`) that `rules.yaml` reads.
+fn families_read_by_rules() -> BTreeSet<String> {
+    let rules = std::fs::read_to_string(root().join("deploy/prometheus/rules.yaml")).unwrap();
+    let mut found = BTreeSet::new();
+    let bytes = rules.as_bytes();
+    let mut i = 0;
+    while let Some(at) = rules[i..].find("ragwatch_") {
+        let start = i + at;
+        let preceded =
+            start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b':');
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        if !preceded {
+            found.insert(rules[start..end].to_owned());
+        }
+        i = end;
+    }
+    found
+}
+
+/// Before the first trace, every counter and histogram series a rule reads exists at zero, for
+/// every label value it can take: each stratum (declared, `default`, `other`: the set is bounded,
+/// so no stratum appears later), judge, metric, estimate term, length term, score bucket and
+/// reason. A series born at its first increment would be first scraped already non-zero, and
+/// Prometheus could not count what came before that scrape.
+#[test]
+fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
+    use ragwatch::labels::{JudgeKind, Metric};
+    // A consumer pointed at a closed port: running, and no trace ever arrives.
+    let rw = Ragwatch::start(
+        &root().join("config/llm.toml"),
+        &[
+            ("RAGWATCH__SOURCE__KIND", "kafka".into()),
+            ("RAGWATCH__KAFKA__BROKERS", "127.0.0.1:1".into()),
+            ("RAGWATCH__KAFKA__TOPICS", "nothing".into()),
+            ("RAGWATCH__KAFKA__GROUP_ID", "nothing".into()),
+            ("RAGWATCH__LLM__BASE_URL", "http://127.0.0.1:1/v1".into()),
+            ("RAGWATCH_LLM_API_KEY", "unused".into()),
+            ("RAGWATCH__LABELS__ENABLED", "true".into()),
+        ],
+    );
+    // The thresholds are exported by the evaluator's first pass, a second after start.
+    let text = wait_for(
+        "the evaluator's first pass",
+        Duration::from_secs(10),
+        || {
+            rw.scrape()
+                .filter(|t| t.contains("ragwatch_threshold_ratio{"))
+        },
+    );
+    // Family types from the TYPE lines; a histogram's series carry its name plus a suffix.
+    let mut types = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            types.insert(name.to_owned(), kind.to_owned());
+        }
+    }
+    let family_of = |series: &str| -> Option<String> {
+        if types.contains_key(series) {
+            return Some(series.to_owned());
+        }
+        ["_bucket", "_count", "_sum"].iter().find_map(|suffix| {
+            let base = series.strip_suffix(suffix)?;
+            (types.get(base).map(String::as_str) == Some("histogram")).then(|| base.to_owned())
+        })
+    };
+    let samples = common::Samples::parse(&text);
+    let strata: BTreeSet<String> = [
+        "head",
+        "tail",
+        "known_failure",
+        "out_of_scope",
+        "default",
+        "other",
+    ]
+    .map(String::from)
+    .into();
+    let judges: BTreeSet<String> = JudgeKind::ALL.iter().map(|j| j.name().to_owned()).collect();
+    let metrics: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
+    let buckets: BTreeSet<String> = ragwatch::eval::LABEL_SCORE_BOUNDS
+        .iter()
+        .map(|b| b.to_string())
+        .collect();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for series_name in families_read_by_rules() {
+        // A gauge per assigned partition: none while the consumer holds no partition.
+        if series_name == "ragwatch_kafka_consumer_lag_messages" {
+            continue;
+        }
+        let Some(family) = family_of(&series_name) else {
+            problems.push(format!(
+                "{series_name}: read by a rule, not exported before the first trace"
+            ));
+            continue;
+        };
+        if !matches!(types[&family].as_str(), "counter" | "histogram") {
+            continue;
+        }
+        checked += 1;
+        let rows: Vec<&HashMap<String, String>> = samples
+            .0
+            .iter()
+            .filter(|(n, _, _)| *n == series_name)
+            .map(|(_, l, _)| l)
+            .collect();
+        for (n, l, v) in samples.0.iter().filter(|(n, _, _)| *n == series_name) {
+            if *v != 0.0 {
+                problems.push(format!("{n}{l:?} = {v} before any trace"));
+            }
+        }
+        // Every label's values seen, and every combination of them present.
+        let mut values: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for l in &rows {
+            for (k, v) in *l {
+                values.entry(k.clone()).or_default().insert(v.clone());
+            }
+        }
+        let combinations: usize = values.values().map(BTreeSet::len).product();
+        let distinct: BTreeSet<Vec<(&String, &String)>> = rows
+            .iter()
+            .map(|l| l.iter().collect::<BTreeMap<_, _>>().into_iter().collect())
+            .collect();
+        if distinct.len() != combinations {
+            problems.push(format!(
+                "{series_name}: {} series, not every combination of {values:?} ({combinations})",
+                distinct.len()
+            ));
+        }
+        let mut expect = |label: &str, want: &BTreeSet<String>| {
+            if let Some(have) = values.get(label)
+                && !want.is_subset(have)
+            {
+                problems.push(format!(
+                    "{series_name}: {label} {have:?}, wants all of {want:?}"
+                ));
+            }
+        };
+        expect("stratum", &strata);
+        expect("metric", &metrics);
+        expect("bucket", &buckets);
+        if !series_name.starts_with("ragwatch_judge_") {
+            expect("judge", &judges);
+        }
+        if series_name == "ragwatch_estimate_terms_total" {
+            let terms = ragwatch::window::EstimateSums::TERMS
+                .map(String::from)
+                .into();
+            expect("term", &terms);
+        }
+    }
+    assert!(
+        checked >= 15,
+        "only {checked} counter and histogram families found in the rules"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

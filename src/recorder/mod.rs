@@ -75,11 +75,25 @@ impl Shared {
                 judges.push(JudgeKind::Llm);
             }
             metrics.labelled.precreate(&judges, stratifier.names());
+            for judge in &judges {
+                for stratum in stratifier.names() {
+                    for agree in ["true", "false"] {
+                        metrics.label_agreement.with_label_values(&[
+                            judge.name(),
+                            stratum.as_str(),
+                            agree,
+                        ]);
+                    }
+                }
+            }
             metrics.labelled.floor.set(config.labels.auroc_floor);
             metrics
                 .labelled
                 .min_per_class
                 .set(config.labels.auroc_min_per_class as i64);
+        }
+        if config.judge.sampled == SampledJudge::Llm {
+            metrics.precreate_estimate_terms(stratifier.names());
         }
         let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
         Self {
