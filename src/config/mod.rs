@@ -3,6 +3,11 @@
 //!
 //! Every struct rejects unknown keys, so a typo is an error rather than a silent default. Secrets never
 //! live here: the config names the environment variable or file that holds them.
+//!
+//! Sources: `source.kind` = `file`, `stdin`, `kafka` or `otlp` (the OTLP/HTTP receiver of `[otlp]`).
+//! Judges: the offline judge scores every trace; `judge.sampled` = `none`, `offline` or `llm` picks
+//! the judge of the sample (`llm`: the OpenAI-compatible API of `[llm]`, under `[budget]`).
+//! `docs/configuration.md` lists every key with its default.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -181,7 +186,7 @@ pub struct LabelsConfig {
     #[serde(default)]
     pub topic: Option<String>,
     /// The label consumer's group (default: `kafka.group_id` + `-labels`). Give each replica its
-    /// own group to have every replica read every label (see the README's labels section).
+    /// own group to have every replica read every label (see docs/judges.md, "Human labels").
     #[serde(default)]
     pub group_id: Option<String>,
     /// The window of the in-process label AUROC (the recording rule uses 1h).
@@ -232,7 +237,7 @@ pub enum SourceKind {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
-    /// `file`, `stdin` or `kafka`.
+    /// `file`, `stdin`, `kafka` or `otlp`.
     #[serde(default = "default_source_kind")]
     pub kind: SourceKind,
     /// JSONL file for `kind = "file"`.
