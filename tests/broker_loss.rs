@@ -5,7 +5,7 @@
 //!
 //! Not tested, because it crashes librdkafka 2.12.1 itself (SIGSEGV in its metadata cache, upstream
 //! issues confluentinc/librdkafka#4964 and #5280): a topic deleted and re-created under the same name
-//! while ragwatch reads it. The README's runbook says what happens then.
+//! while ragwatch reads it. docs/operations.md says what happens then.
 
 #![allow(clippy::unwrap_used)]
 
