@@ -21,7 +21,7 @@ their first 6 hours, while the baseline is only what the stream has seen so far.
 
     python3 benches/page_power.py [--days 10] [--drops 100] [--deploys 100] [--seed 1]
 
-Needs numpy. Not part of the test suite: a measurement, reported in the README.
+Needs numpy. Not part of the test suite: a measurement, reported in docs/runbook.md (RagwatchFaithfulnessDrift).
 """
 
 import argparse

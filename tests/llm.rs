@@ -898,9 +898,9 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     assert_eq!(ids.len(), 60, "a record per judged trace on the topic");
 }
 
-/// Measures (and prints, for the README) tokens per judged trace for both faithfulness forms and
-/// ragwatch's own CPU time per judged trace outside the API, on 200 generated ~2 KB traces. Asserts
-/// only what must hold: every trace judged, and one call cheaper than two.
+/// Measures (and prints, for docs/performance.md) tokens per judged trace for both faithfulness
+/// forms and ragwatch's own CPU time per judged trace outside the API, on 200 generated ~2 KB
+/// traces. Asserts only what must hold: every trace judged, and one call cheaper than two.
 #[test]
 fn cost_per_judged_trace_for_both_forms() {
     let server = FakeOpenAi::start();
