@@ -231,7 +231,17 @@ pub const OTLP_OUTCOMES: [&str; 7] = [
 ];
 
 /// Why an assembled trace is not judged; label values of `ragwatch_traces_unjudged_total`.
-pub const UNJUDGED_REASONS: [&str; 2] = ["no_retrieval", "no_context_text"];
+/// `not_rag`: neither a retrieval nor a model call (an index being built); `no_retrieval`: no
+/// retrieval or reranker span; `no_context_text`: documents without text; `unreadable_question` /
+/// `unreadable_answer`: only a serialized object where the text should be. An unjudged trace counts
+/// in `ragwatch_traces_received_total` too, so received = judged + unjudged.
+pub const UNJUDGED_REASONS: [&str; 5] = [
+    "not_rag",
+    "no_retrieval",
+    "no_context_text",
+    "unreadable_question",
+    "unreadable_answer",
+];
 
 /// Registers one unlabelled metric.
 fn single<M: prometheus::core::Collector + Clone + 'static>(

@@ -150,11 +150,17 @@ impl SpanIngest {
                     }
                 }
                 Outcome::Unjudged(trace, why) => {
+                    // Received, and not judged: received = judged + unjudged.
                     let shared = self.pipeline.shared();
                     let stratum = shared.stratifier.assign(&trace);
+                    let name = shared.stratifier.name(stratum);
+                    self.metrics
+                        .traces_received
+                        .with_label_values(&[name])
+                        .inc();
                     self.metrics
                         .traces_unjudged
-                        .with_label_values(&[shared.stratifier.name(stratum), why])
+                        .with_label_values(&[name, why])
                         .inc();
                     self.release(c.tokens, current, released);
                 }
@@ -340,6 +346,20 @@ mod tests {
             si.message(b"\xff\xff", pos(3), &mut released),
             Disposition::Done
         );
+    }
+
+    #[test]
+    fn unjudged_traces_count_as_received() {
+        let mut si = ingest(None);
+        let mut released = Vec::new();
+        si.message(&bytes(vec![retriever(1), root(1)]), pos(0), &mut released);
+        // Only a chain: no retrieval, no model call (an index being built, say).
+        si.message(&bytes(vec![root(2)]), pos(1), &mut released);
+        let m = &si.metrics;
+        assert_eq!(m.traces_received.with_label_values(&["default"]).get(), 2);
+        let unjudged = |why: &str| m.traces_unjudged.with_label_values(&["default", why]).get();
+        assert_eq!(unjudged("not_rag"), 1);
+        assert_eq!(unjudged("no_retrieval"), 0);
     }
 
     #[test]

@@ -61,9 +61,13 @@ impl Trigger {
 pub enum Outcome {
     /// A trace to judge.
     Trace(Trace),
-    /// A trace not to be judged, with the reason (`no_retrieval`: no retrieval or reranker span;
-    /// `no_context_text`: documents without text): scoring it for faithfulness would score the
-    /// lack of contexts.
+    /// A trace not to be judged, with the reason (a label value of
+    /// `ragwatch_traces_unjudged_total`): `not_rag`, no retrieval and no
+    /// model call (an index being built); `no_retrieval`, no retrieval or reranker span;
+    /// `no_context_text`, documents without text (scoring either would score the lack of
+    /// contexts); `unreadable_question` / `unreadable_answer`, the chain carried only a serialized
+    /// object where the text should be and nothing else in the trace has it (judging the object
+    /// would give a confidently wrong score).
     Unjudged(Trace, &'static str),
     /// Not a usable trace.
     Rejected(DecodeError),
@@ -451,11 +455,16 @@ fn build(
         );
     }
 
-    let chain_in = top(&|s| s.kind == Kind::Chain && s.input.is_some());
+    // The root-most chain with an input decides the question, read or not: a deeper chain's
+    // input (a text splitter's, an embedding's) is not the question.
+    let chain_in = top(&|s| s.kind == Kind::Chain && (s.input.is_some() || s.input_unreadable));
+    let has_output = |s: &SpanFacts| s.output.is_some() || s.output_unreadable;
     let chain_out = match chain_in {
-        Some(i) if spans[i].output.is_some() => Some(i),
-        _ => top(&|s| s.kind == Kind::Chain && s.output.is_some()),
+        Some(i) if has_output(&spans[i]) => Some(i),
+        _ => top(&|s| s.kind == Kind::Chain && has_output(s)),
     };
+    let question_unreadable = chain_in.is_some_and(|i| spans[i].input_unreadable);
+    let answer_unreadable = chain_out.is_some_and(|i| spans[i].output_unreadable);
     let query_span = top(&|s| s.query.is_some());
     let llm_user = last_ending(&|s| s.kind == Kind::Llm && s.user.is_some());
     let llm_out = last_ending(&|s| s.kind == Kind::Llm && s.completion.is_some());
@@ -465,6 +474,7 @@ fn build(
     let has_retrieval = spans
         .iter()
         .any(|s| matches!(s.kind, Kind::Retriever | Kind::Reranker));
+    let has_llm = spans.iter().any(|s| s.kind == Kind::Llm);
     let reranker = last_ending(&|s| s.kind == Kind::Reranker && !s.docs.is_empty());
 
     let mut usage = Usage::default();
@@ -509,9 +519,17 @@ fn build(
     let mut take = |i: Option<usize>, f: fn(&mut SpanFacts) -> &mut Option<String>| {
         i.and_then(|i| f(&mut spans[i]).take())
     };
+    // A chain whose input was only a serialized object: the retrieval query, never the prompt
+    // sent to the model (it holds the contexts too).
     let question = take(chain_in, |s| &mut s.input)
         .or_else(|| take(query_span, |s| &mut s.query))
-        .or_else(|| take(llm_user, |s| &mut s.user));
+        .or_else(|| {
+            if question_unreadable {
+                None
+            } else {
+                take(llm_user, |s| &mut s.user)
+            }
+        });
     let answer =
         take(chain_out, |s| &mut s.output).or_else(|| take(llm_out, |s| &mut s.completion));
     let stratum = take(stratum_span, |s| &mut s.stratum).or(resource_stratum);
@@ -545,10 +563,16 @@ fn build(
         })
         .collect();
 
-    let unjudged = if !has_retrieval {
+    let unjudged = if !has_retrieval && !has_llm {
+        Some("not_rag")
+    } else if !has_retrieval {
         Some("no_retrieval")
     } else if any_docs && contexts.is_empty() {
         Some("no_context_text")
+    } else if question.is_none() && question_unreadable {
+        Some("unreadable_question")
+    } else if answer.is_none() && answer_unreadable {
+        Some("unreadable_answer")
     } else {
         None
     };

@@ -18,6 +18,8 @@ mod assemble;
 pub mod build;
 mod decode;
 mod preset;
+#[cfg(test)]
+mod shapes;
 
 pub use assemble::{AddStats, Assembler, Completed, Outcome, Trigger};
 pub use decode::{count_spans, decode_request};

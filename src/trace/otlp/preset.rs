@@ -85,6 +85,10 @@ pub(super) struct SpanFacts {
     pub stratum: Option<String>,
     /// OpenInference `metadata` (a JSON object), merged into the trace's metadata.
     pub metadata: Option<serde_json::Map<String, Value>>,
+    /// The chain's input was there but only as a serialized object with no question in it.
+    pub input_unreadable: bool,
+    /// The chain's output was there but only as a serialized object with no answer in it.
+    pub output_unreadable: bool,
     /// A kept text was longer than `decode.max_field_bytes` (and was not kept).
     pub too_long: bool,
     /// More documents than `decode.max_contexts`.
@@ -193,11 +197,23 @@ impl Extractor {
         }
         match f.kind {
             Kind::Chain => {
-                f.input = input.map(|s| text_of(s, input_json));
-                f.output = output.map(|s| text_of(s, output_json));
+                set_text(
+                    &mut f.input,
+                    &mut f.input_unreadable,
+                    input,
+                    input_json,
+                    Role::Question,
+                );
+                set_text(
+                    &mut f.output,
+                    &mut f.output_unreadable,
+                    output,
+                    output_json,
+                    Role::Answer,
+                );
             }
             Kind::Retriever => {
-                f.query = input.map(|s| text_of(s, input_json));
+                f.query = input.and_then(|s| text_of(s, input_json, Role::Question));
                 f.docs = retrieved;
             }
             Kind::Reranker => f.docs = reranked,
@@ -212,6 +228,10 @@ impl Extractor {
     fn openllmetry(&self, span: &mut Span, f: &mut SpanFacts) {
         let (mut input, mut output) = (None, None);
         let (mut chain, mut llm, mut retrieval) = (false, false, false);
+        // A retriever task: documents in its entity output (LangChain's `vector_db_retrieve` span,
+        // LlamaIndex's `...Retriever.task`).
+        let mut vector_task =
+            span.name.starts_with("vector_db_retrieve") || span.name.contains("Retriever.");
         let (mut request_model, mut response_model) = (None, None);
         let (mut prompts, mut completions): (Messages, Messages) = (Vec::new(), Vec::new());
         let (mut inputs, mut outputs) = (None, None);
@@ -225,12 +245,12 @@ impl Extractor {
                 "traceloop.entity.output" => output = take_string(v),
                 "llm.request.type" => llm = true,
                 // Recent OpenLLMetry writes model calls in the GenAI conventions.
-                "gen_ai.operation.name" => {
-                    llm |= matches!(
-                        str_of(v),
-                        Some("chat" | "text_completion" | "generate_content")
-                    )
-                }
+                "gen_ai.operation.name" => match str_of(v) {
+                    Some("chat" | "text_completion" | "generate_content") => llm = true,
+                    // A LangChain retriever (`vector_db_retrieve VectorStoreRetriever`).
+                    Some("vector_db_retrieve") => vector_task = true,
+                    _ => {}
+                },
                 "gen_ai.input.messages" => inputs = structured(v),
                 "gen_ai.output.messages" => outputs = structured(v),
                 "gen_ai.request.model" => request_model = take_string(v),
@@ -274,13 +294,36 @@ impl Extractor {
             }
         }
         f.model = response_model.or(request_model);
+        let entity_docs = if chain && !retrieval && !llm {
+            output
+                .as_deref()
+                .and_then(|o| self.entity_documents(o, vector_task))
+        } else {
+            None
+        };
         if retrieval {
             f.kind = Kind::Retriever;
             f.docs = docs;
+        } else if let Some(docs) = entity_docs {
+            f.kind = Kind::Retriever;
+            f.query = input.and_then(|s| text_of(s, Some(true), Role::Question));
+            f.docs = docs;
         } else if chain {
             f.kind = Kind::Chain;
-            f.input = input.map(|s| text_of(s, Some(true)));
-            f.output = output.map(|s| text_of(s, Some(true)));
+            set_text(
+                &mut f.input,
+                &mut f.input_unreadable,
+                input,
+                Some(true),
+                Role::Question,
+            );
+            set_text(
+                &mut f.output,
+                &mut f.output_unreadable,
+                output,
+                Some(true),
+                Role::Answer,
+            );
         } else if llm {
             f.kind = Kind::Llm;
             f.user = last_user(prompts).or_else(|| {
@@ -346,6 +389,49 @@ impl Extractor {
             }
             Kind::Reranker | Kind::Other => {}
         }
+    }
+
+    /// The documents of an OpenLLMetry task's entity output, when it has the shape of a retrieval:
+    /// LangChain's `{"documents": [{"page_content", "metadata"}, ...]}`, or LlamaIndex's array of
+    /// nodes with scores (each a JSON-encoded string or an object: `{"node": {"id_", "text"},
+    /// "score"}`). An empty list counts only on a span named as a retriever (`retriever`).
+    fn entity_documents(&self, output: &str, retriever: bool) -> Option<Vec<Doc>> {
+        let t = output.trim_start();
+        if !(t.starts_with('{') || t.starts_with('[')) {
+            return None;
+        }
+        let (items, node_shape) = match serde_json::from_str::<Value>(t).ok()? {
+            Value::Object(mut o) => match o.remove("documents")? {
+                Value::Array(a) => (a, false),
+                _ => return None,
+            },
+            Value::Array(a) => (a, true),
+            _ => return None,
+        };
+        if items.is_empty() {
+            return retriever.then(Vec::new);
+        }
+        let mut docs = Vec::new();
+        for (rank, item) in items.into_iter().enumerate() {
+            let item = match item {
+                Value::String(s) => serde_json::from_str::<Value>(&s).ok()?,
+                other => other,
+            };
+            let doc = if node_shape {
+                node_document(&item)?
+            } else {
+                langchain_document(&item)?
+            };
+            if docs.len() <= self.max_docs {
+                docs.push(Doc {
+                    index: rank as u64,
+                    ..doc
+                });
+            } else {
+                break;
+            }
+        }
+        Some(docs)
     }
 
     /// Sets one field (`id`, `content`, `score`, or OpenInference's `document.*`) of document `i`.
@@ -582,51 +668,217 @@ fn json_to_any(v: Value) -> Option<AnyValue> {
     Some(AnyValue { value: Some(value) })
 }
 
-/// The text of a value that may be JSON (`json`: known to be, known not to be, or unknown): a
-/// JSON string is unquoted; an object gives its first text field among the usual names (and
-/// OpenLLMetry's `{"args": [...], "kwargs": {...}}` its first string argument); anything else is
-/// kept as it is.
-pub(super) fn text_of(s: String, json: Option<bool>) -> String {
-    let t = s.trim_start();
-    let parse = match json {
-        Some(j) => j,
-        None => t.starts_with('{'),
+/// A LangChain document as OpenLLMetry writes it (`page_content`, `metadata`; an `id` when the
+/// instrumentation keeps it), or in LangChain's serialized form (`{"lc": 1, "kwargs": {...}}`).
+fn langchain_document(v: &Value) -> Option<Doc> {
+    let o = v.as_object()?;
+    let o = match o.get("kwargs").and_then(Value::as_object) {
+        Some(k) if o.contains_key("lc") => k,
+        _ => o,
     };
-    if !parse {
-        return s;
-    }
-    match serde_json::from_str::<Value>(t) {
-        Ok(Value::String(inner)) => inner,
-        Ok(v @ Value::Object(_)) => pick_text(&v).unwrap_or(s),
-        _ => s,
+    let text = o
+        .get("page_content")
+        .or_else(|| o.get("content"))?
+        .as_str()?;
+    let meta = o.get("metadata");
+    Some(Doc {
+        index: 0,
+        id: o
+            .get("id")
+            .or_else(|| meta.and_then(|m| m.get("id")))
+            .and_then(scalar_text),
+        text: Some(text.to_owned()),
+        score: o
+            .get("score")
+            .or_else(|| meta.and_then(|m| m.get("score")))
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite()),
+    })
+}
+
+/// A LlamaIndex node with its score: `{"node": {"id_", "text"}, "score"}` (the text possibly in
+/// `text_resource.text`).
+fn node_document(v: &Value) -> Option<Doc> {
+    let node = v.get("node")?;
+    let text = node
+        .get("text")
+        .and_then(Value::as_str)
+        .or_else(|| node.pointer("/text_resource/text").and_then(Value::as_str))?;
+    Some(Doc {
+        index: 0,
+        id: node.get("id_").and_then(scalar_text),
+        text: Some(text.to_owned()),
+        score: v
+            .get("score")
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite()),
+    })
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
-const TEXT_KEYS: [&str; 11] = [
-    "question", "query", "input", "prompt", "text", "content", "answer", "output", "result",
-    "response", "message",
+/// Which text a chain's value should give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Question,
+    Answer,
+}
+
+/// Sets a chain's question or answer from `value`, or marks it unreadable (a serialized object
+/// with no text in it).
+fn set_text(
+    slot: &mut Option<String>,
+    unreadable: &mut bool,
+    value: Option<String>,
+    json: Option<bool>,
+    role: Role,
+) {
+    if let Some(v) = value {
+        *slot = text_of(v, json, role);
+        *unreadable = slot.is_none();
+    }
+}
+
+/// The text of a value that may be JSON (`json`: known to be, known not to be, or unknown). A JSON
+/// string is unquoted; an object gives its text under the role's usual keys, looking through the
+/// wrappers frameworks put around it (see [`pick_text`]); text that is not JSON is kept as it is.
+/// `None` when the value is a serialized object or array with no such text: it is never itself
+/// the question or the answer.
+pub(super) fn text_of(s: String, json: Option<bool>, role: Role) -> Option<String> {
+    let t = s.trim_start();
+    let parse = match json {
+        Some(j) => j,
+        None => t.starts_with('{') || t.starts_with('['),
+    };
+    if !parse {
+        return Some(s);
+    }
+    match serde_json::from_str::<Value>(t) {
+        Ok(Value::String(inner)) => Some(inner),
+        Ok(v @ Value::Object(_)) => pick_text(&v, role, 0),
+        Ok(Value::Array(_) | Value::Null) => None,
+        _ => Some(s),
+    }
+}
+
+const QUESTION_KEYS: [&str; 8] = [
+    "question",
+    "query",
+    "input",
+    "query_str",
+    "prompt",
+    "text",
+    "content",
+    "message",
+];
+const ANSWER_KEYS: [&str; 8] = [
+    "answer",
+    "output",
+    "response",
+    "result",
+    "text",
+    "content",
+    "message",
+    "generated_text",
+];
+/// Keys frameworks wrap the real value in: OpenLLMetry's LangChain `inputs` / `outputs` and
+/// `kwargs`, Haystack's pipeline `data`, LlamaIndex's `str_or_query_bundle` / `query_bundle`.
+const WRAPPERS: [&str; 6] = [
+    "inputs",
+    "outputs",
+    "data",
+    "str_or_query_bundle",
+    "query_bundle",
+    "kwargs",
+];
+/// Object fields never searched for the question or answer.
+const NOT_TEXT: [&str; 6] = [
+    "metadata",
+    "meta",
+    "tags",
+    "usage",
+    "documents",
+    "source_nodes",
 ];
 
-fn pick_text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => {
-            if let Some(kw) = o.get("kwargs").and_then(pick_text) {
-                return Some(kw);
-            }
-            if let Some(arg) = o
-                .get("args")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().find_map(|x| x.as_str().map(str::to_owned)))
-            {
-                return Some(arg);
-            }
-            TEXT_KEYS
-                .iter()
-                .find_map(|k| o.get(*k).and_then(|x| x.as_str().map(str::to_owned)))
-        }
-        _ => None,
+/// The question or answer in a parsed JSON value: a string under the role's keys (an object there
+/// is searched in turn), then inside the wrappers, OpenLLMetry's first positional `args`, a
+/// generator's first `replies` entry, and last the other object fields in order (a Haystack
+/// pipeline's components). A Python object's repr (`ChatMessage(...)`, `<NodeWithScore ...>`) is
+/// not text.
+fn pick_text(v: &Value, role: Role, depth: u32) -> Option<String> {
+    const MAX_DEPTH: u32 = 4;
+    if depth > MAX_DEPTH {
+        return None;
     }
+    let o = match v {
+        Value::String(s) => return (!is_repr(s)).then(|| s.clone()),
+        Value::Object(o) => o,
+        _ => return None,
+    };
+    let keys: &[&str] = match role {
+        Role::Question => &QUESTION_KEYS,
+        Role::Answer => &ANSWER_KEYS,
+    };
+    for k in keys {
+        match o.get(*k) {
+            Some(x @ Value::String(_)) => {
+                if let Some(t) = pick_text(x, role, depth + 1) {
+                    return Some(t);
+                }
+            }
+            Some(x @ Value::Object(_)) => {
+                if let Some(t) = pick_text(x, role, depth + 1) {
+                    return Some(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    for k in WRAPPERS {
+        if let Some(t) = o.get(k).and_then(|x| pick_text(x, role, depth + 1)) {
+            return Some(t);
+        }
+    }
+    for k in ["args", "replies"] {
+        if let Some(t) = o
+            .get(k)
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(|x| pick_text(x, role, depth + 1))
+        {
+            return Some(t);
+        }
+    }
+    o.iter()
+        .filter(|(k, x)| {
+            x.is_object()
+                && !NOT_TEXT.contains(&k.as_str())
+                && !WRAPPERS.contains(&k.as_str())
+                && !keys.contains(&k.as_str())
+        })
+        .find_map(|(_, x)| pick_text(x, role, depth + 1))
+}
+
+/// A Python object's repr, as instrumentors write objects they cannot serialize:
+/// `ChatMessage(_role=..., ...)`, `<NodeWithScore(...)>`, `Document(id=..., ...)`.
+fn is_repr(s: &str) -> bool {
+    let t = s.trim();
+    if t.starts_with('<') && t.ends_with('>') {
+        return true;
+    }
+    let Some((head, _)) = t.split_once('(') else {
+        return false;
+    };
+    t.ends_with(')')
+        && head.starts_with(|c: char| c.is_ascii_uppercase())
+        && head.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -743,6 +995,40 @@ mod tests {
         assert_eq!(
             (f.kind, f.user.as_deref(), f.completion.as_deref()),
             (Kind::Llm, Some("hi"), Some("yo"))
+        );
+    }
+
+    #[test]
+    fn texts_by_role_through_wrappers_and_never_an_object() {
+        let q = |v: &str| text_of(v.to_owned(), Some(true), Role::Question);
+        let a = |v: &str| text_of(v.to_owned(), Some(true), Role::Answer);
+        let out = r#"{"input": "q?", "context": [{"page_content": "x"}], "answer": "a."}"#;
+        assert_eq!(
+            (q(out).as_deref(), a(out).as_deref()),
+            (Some("q?"), Some("a."))
+        );
+        assert_eq!(
+            q(r#"{"inputs": {"query": "q?"}, "tags": []}"#).as_deref(),
+            Some("q?")
+        );
+        assert_eq!(
+            q(r#"{"str_or_query_bundle": {"query_str": "q?"}}"#).as_deref(),
+            Some("q?")
+        );
+        assert_eq!(
+            a(r#"{"outputs": {"content": "a."}}"#).as_deref(),
+            Some("a.")
+        );
+        assert_eq!(a(r#"{"llm": {"replies": ["a."]}}"#).as_deref(), Some("a."));
+        // Reprs, arrays, null and objects with no text are unreadable; plain text stays.
+        assert_eq!(a(r#"{"llm": {"replies": ["ChatMessage(_role=x)"]}}"#), None);
+        assert_eq!(a(r#"["<NodeWithScore(node=TextNode(id_=d))>"]"#), None);
+        assert_eq!(a("null"), None);
+        assert_eq!(a(r#"{"metadata": {"answer": "no"}}"#), None);
+        assert_eq!(a("plain {text").as_deref(), Some("plain {text"));
+        assert_eq!(
+            text_of("Ann (the author)".into(), None, Role::Answer).as_deref(),
+            Some("Ann (the author)")
         );
     }
 
