@@ -948,6 +948,7 @@ impl Config {
         for (var, value) in vars {
             apply_override(&mut doc, var, value)?;
         }
+        otlp::default_otlp_format(&mut doc);
         let config: Config = doc
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;

@@ -27,6 +27,27 @@ impl TraceFormat {
     }
 }
 
+/// `source.kind = "otlp"` with no `decode.format`: the format is OTLP (the receiver takes both
+/// forms, so which one is set does not matter). An explicit `native` is left for `validate` to
+/// refuse.
+pub(super) fn default_otlp_format(doc: &mut toml::Table) {
+    let otlp_source = doc
+        .get("source")
+        .and_then(|s| s.get("kind"))
+        .and_then(toml::Value::as_str)
+        == Some("otlp");
+    if !otlp_source {
+        return;
+    }
+    let decode = doc
+        .entry("decode")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let Some(t) = decode.as_table_mut() {
+        t.entry("format")
+            .or_insert_with(|| toml::Value::String("otlp_proto".into()));
+    }
+}
+
 /// Which attribute conventions describe the RAG steps of a trace's spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Preset {
@@ -180,8 +201,8 @@ impl Config {
             if !self.decode.format.is_otlp() {
                 p.add(
                     "decode.format",
-                    "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json (the \
-                     receiver takes both whichever is set)",
+                    "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
+                     it unset (the receiver takes both whichever is set)",
                 );
             }
             if let Err(e) = self.otlp.listen.parse::<std::net::SocketAddr>() {
@@ -194,5 +215,35 @@ impl Config {
                 "otlp_proto is read from files and Kafka; stdin takes otlp_json lines",
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn an_otlp_source_needs_no_format_but_refuses_native() {
+        let c = Config::from_toml_with_env("[source]\nkind = \"otlp\"\n", &HashMap::new()).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
+        let c = Config::from_toml_with_env(
+            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"otlp_json\"\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpJson);
+        let env = HashMap::from([("RAGWATCH__SOURCE__KIND".to_owned(), "otlp".to_owned())]);
+        let c = Config::from_toml_with_env("", &env).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
+        let e = Config::from_toml_with_env(
+            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"native\"\n",
+            &HashMap::new(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("decode.format"), "{e}");
+        let c = Config::from_toml_with_env("", &HashMap::new()).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::Native);
     }
 }
