@@ -23,37 +23,27 @@
 mod common;
 #[path = "common/label_judge.rs"]
 mod label_judge;
+#[path = "common/prometheus.rs"]
+mod prometheus;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
 use label_judge::LabelJudge;
+use prometheus::{WINDOWS, by_stratum, daemon, query, shorten_windows, unix_secs, urlencode};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
-/// The shipped rules' ranges and the test's: 5m is the short window, 1h the middle one, 24h the
-/// baseline; 10m and 15m only appear in health alerts.
-const RANGES: [(&str, &str); 5] = [
-    ("5m", "20s"),
-    ("1h", "40s"),
-    ("24h", "300s"),
-    ("10m", "20s"),
-    ("15m", "20s"),
-];
-/// ragwatch's windows, as the rules' ranges above: short, middle, baseline (seconds). The baseline
-/// is shortened less than the rest (24h is 288 short windows; here 15): a baseline only a few short
-/// windows long is contaminated by a drop within a minute and no longer measures the drop.
-const WINDOWS: [u64; 3] = [20, 40, 300];
 /// The share of traces the LLM judge sees (shipped: 5 %, at least 20 a window). The shipped
 /// budget gives a 5-minute window about 60 verdicts per stratum; shortened to 20 s, a window at the
 /// shipped rate holds about 45, and the drop rule (the 5-minute mean more than max_drop below the
@@ -81,36 +71,6 @@ const NAMESPACE: &str = "rag-test";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts a Debian-packaged daemon with `args(port)` on a loopback port of its own, its output in
-/// `log`, killed when dropped; returns once its `/-/ready` answers 200.
-fn daemon(program: &str, args: impl Fn(u16) -> Vec<String>, log: &Path) -> (u16, Killed) {
-    let (port, child) = spawn_on_free_port(
-        program,
-        Duration::from_secs(30),
-        |port| {
-            let out = std::fs::File::create(log).unwrap();
-            Command::new(program)
-                .args(args(port))
-                .stdout(Stdio::null())
-                .stderr(out)
-                .spawn()
-                .unwrap_or_else(|e| panic!("{program} is installed by tests/run.sh: {e}"))
-        },
-        |port| {
-            http_get(([127, 0, 0, 1], port).into(), "/-/ready").is_some_and(|(code, _)| code == 200)
-        },
-    );
-    (port, Killed(child))
 }
 
 /// One webhook post: when it arrived, the path (the receiver), the body.
@@ -183,18 +143,6 @@ fn delivered(seen: &Mutex<Vec<Post>>) -> Vec<Delivered> {
         .collect()
 }
 
-/// The rules (or a query) with the test's ranges and `for:` durations.
-fn shorten_windows(rules: &str) -> String {
-    let mut s = rules.to_owned();
-    for (from, to) in RANGES {
-        s = s.replace(&format!("[{from}]"), &format!("[{to}]"));
-    }
-    for d in ["5m", "10m", "15m"] {
-        s = s.replace(&format!("for: {d}"), "for: 3s");
-    }
-    s
-}
-
 /// The shipped Alertmanager config with every receiver's URL pointed at the test's webhook, under a
 /// path naming the receiver, and its waits shortened with the rules' `for:` (a shipped 10 s
 /// `group_wait` would swallow alerts the shortened rules hold for a few seconds). Routes and inhibit
@@ -236,29 +184,6 @@ fn alertmanager_config(hook_port: u16) -> String {
     out
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn query(prom: u16, q: &str) -> Option<Vec<Value>> {
-    let (code, body) = http_get(
-        ([127, 0, 0, 1], prom).into(),
-        &format!("/api/v1/query?query={}", urlencode(q)),
-    )?;
-    if code != 200 {
-        return None;
-    }
-    let v: Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"].as_array().cloned()
-}
-
 /// The exemplars Prometheus holds for `q` between `start` and `end` (Unix seconds): the series'
 /// labels, the exemplar's trace id and value.
 fn query_exemplars(prom: u16, q: &str, start: f64, end: f64) -> Vec<(Value, String, f64)> {
@@ -289,27 +214,6 @@ fn query_exemplars(prom: u16, q: &str, start: f64, end: f64) -> Vec<(Value, Stri
         }
     }
     out
-}
-
-fn unix_secs() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// `q`'s value per stratum.
-fn by_stratum(prom: u16, q: &str) -> BTreeMap<String, f64> {
-    query(prom, q)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r["metric"]["stratum"].as_str()?.to_owned(),
-                r["value"][1].as_str()?.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 /// The alerts Prometheus holds in `state` (firing or pending), as label sets.
