@@ -1,5 +1,5 @@
-//! From a real faithfulness drop to a page, with real components on loopback (issue #12's second
-//! "done when"). Real, human-labelled RAG answers from `../shared/data/ragtruth_qa_train.jsonl`
+//! From a real faithfulness drop to a page, with real components on loopback. Real,
+//! human-labelled RAG answers from `../shared/data/ragtruth_qa_train.jsonl`
 //! (labels used only to build the stream and to drive the judge stand-in; nothing of the file is in
 //! the repository) stream to a tansu topic in two strata at 20 traces/s each, both 90 % faithful;
 //! then the `degrading` stratum drops to 50 %. ragwatch runs the shipped `config/llm.toml` with only

@@ -5,7 +5,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "common/prometheus.rs"]
+mod prometheus;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -339,4 +342,177 @@ fn replay_joins_a_label_file() {
         "replay --labels: AUROC {auroc:.3}, agreement {}",
         joined["all"]["agreement"]
     );
+}
+
+/// The label AUROC recording rule in a real Prometheus (2.42, which scrapes OpenMetrics, so the
+/// histogram's top bound arrives as `le="1.0"` while the per-bucket counter says `bucket="1"`)
+/// equals the AUROC ragwatch computes in process from the same buckets. Generated answers that
+/// restate their context score near 1 with the offline judge, so the top bucket holds much of both
+/// classes: a rule that joined the two labels as text would lose it.
+#[test]
+fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
+    use prometheus::{daemon, query, shorten_windows};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let traces = gen_traces(
+        600,
+        &[
+            "--seed",
+            "11",
+            "--unfaithful-share",
+            "0.3",
+            "--prefix",
+            "au",
+        ],
+    );
+    let file = dir.path().join("traces.jsonl");
+    let mut body = Vec::new();
+    for (_, line) in &traces {
+        body.extend_from_slice(line);
+        body.push(b'\n');
+    }
+    std::fs::write(&file, body).unwrap();
+    let rw = Ragwatch::start(
+        &root.join("config/ragwatch.toml"),
+        &[
+            ("RAGWATCH__SOURCE__PATH", file.display().to_string()),
+            ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
+            ("RAGWATCH__SOURCE__LOOP", "false".into()),
+            ("RAGWATCH__LABELS__ENABLED", "true".into()),
+            ("RAGWATCH__LABELS__AUROC_MIN_PER_CLASS", "20".into()),
+        ],
+    );
+    wait_for("the traces to be read", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
+    });
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
+             scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
+             \x20       labels: {{namespace: labels, pod: ragwatch-0}}\n",
+            rw.addr
+        ),
+    )
+    .unwrap();
+    let rules = std::fs::read_to_string(root.join("deploy/prometheus/rules.yaml")).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
+    let (prom, _prom) = daemon(
+        "prometheus",
+        |port| {
+            vec![
+                format!(
+                    "--config.file={}",
+                    dir.path().join("prometheus.yml").display()
+                ),
+                format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+            ]
+        },
+        &dir.path().join("prometheus.log"),
+    );
+    // Prometheus has seen the labelled series at zero before any label arrives.
+    wait_for(
+        "Prometheus to scrape ragwatch",
+        Duration::from_secs(30),
+        || {
+            let seen = query(prom, "ragwatch_labelled_score_ratio_bucket")?;
+            (!seen.is_empty()).then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    // Labels for every trace: the unfaithful answers and, so that both classes reach the top
+    // bucket, a share of the faithful ones labelled unfaithful as a reviewer might.
+    let mut labels = String::new();
+    for (i, (id, line)) in traces.iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        let answer = v["answer"].as_str().unwrap_or_default();
+        let contexts = v["contexts"].to_string();
+        let restated = answer
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|n| !n.is_empty())
+            .all(|n| contexts.contains(n));
+        let faithful = restated && i % 5 != 0;
+        labels.push_str(&format!(
+            "{{\"trace_id\": \"{id}\", \"faithful\": {faithful}}}\n"
+        ));
+    }
+    let (code, reply) = http_post(rw.addr, "/v1/labels", &labels);
+    assert_eq!(code, 200, "{reply}");
+    // The in-process figure, and the rule's once Prometheus has scraped the labels twice.
+    let in_process = |m: &Samples| -> BTreeMap<String, f64> {
+        m.0.iter()
+            .filter(|(n, l, _)| n == "ragwatch_label_auroc_ratio" && l["judge"] == "offline")
+            .map(|(_, l, v)| (l["stratum"].clone(), *v))
+            .collect()
+    };
+    let expected = wait_for("the in-process AUROC", Duration::from_secs(10), || {
+        let e = in_process(&rw.metrics()?);
+        (!e.is_empty()).then_some(e)
+    });
+    let top = auroc_from_scrape(&rw.metrics().unwrap(), "offline", "head");
+    std::thread::sleep(Duration::from_secs(4));
+    let from_rule: BTreeMap<String, f64> =
+        query(prom, "ragwatch:label_auroc:ratio_1h{judge=\"offline\"}")
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["metric"]["stratum"].as_str().unwrap().to_owned(),
+                    r["value"][1].as_str().unwrap().parse().unwrap(),
+                )
+            })
+            .collect();
+    // The scrape was OpenMetrics: the top bound arrived as 1.0.
+    let om = query(prom, "ragwatch_labelled_score_ratio_bucket{le=\"1.0\"}").unwrap();
+    assert!(!om.is_empty(), "Prometheus did not scrape OpenMetrics");
+    let in_top = query(
+        prom,
+        "sum(ragwatch_labelled_scores_total{bucket=\"1\"}) / sum(ragwatch_labelled_scores_total)",
+    )
+    .unwrap();
+    let top_share: f64 = in_top[0]["value"][1].as_str().unwrap().parse().unwrap();
+    eprintln!(
+        "in process {expected:?}, rule {from_rule:?}, scrape formula (head) {top:?}, top-bucket share {top_share:.3}"
+    );
+    assert!(top_share > 0.1, "the top bucket holds {top_share}");
+    // The same rule joining `le` as text (the bound "1.0" never meets "1") reads these buckets
+    // differently: the comparison below can tell a rule that drops the top bucket.
+    let shortened = shorten_windows(&rules);
+    let start = shortened
+        .find("record: ragwatch:label_auroc:ratio_1h")
+        .unwrap();
+    let block = &shortened[start..];
+    let block = &block[block.find("expr: |").unwrap() + "expr: |".len()..];
+    let rule: String = block
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("          "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let as_text = rule.replace(r#""le", "(.*?)(?:\\.0+)?""#, r#""le", "(.*)""#);
+    assert_ne!(
+        as_text, rule,
+        "the rule's le normalisation is not where the test looks"
+    );
+    let text_join = query(prom, &as_text).unwrap();
+    let off = text_join.iter().any(|r| {
+        let stratum = r["metric"]["stratum"].as_str().unwrap();
+        let v: f64 = r["value"][1].as_str().unwrap().parse().unwrap();
+        r["metric"]["judge"] == "offline" && (v - expected[stratum]).abs() > 0.01
+    });
+    eprintln!("joined as text: {text_join:?}");
+    assert!(off, "a text join would read the same");
+    assert_eq!(
+        from_rule.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (stratum, want) in &expected {
+        let got = from_rule[stratum];
+        assert!(
+            (got - want).abs() < 0.005,
+            "{stratum}: rule {got}, in process {want}"
+        );
+    }
 }
