@@ -89,6 +89,127 @@ fn prometheus_rule_matches_the_plain_rules_file() {
     assert!(verdict.starts_with("same"), "{verdict}");
 }
 
+// ---------------------------------------------------------------------------------- alertmanager
+
+const ALERTMANAGER: &str = "deploy/alertmanager/alertmanager.yml";
+
+/// The receiver `amtool config routes test` finds for an alert with `labels` (`name=value`).
+fn amtool_receiver(labels: &[String]) -> String {
+    let out = run_ok(
+        Command::new("amtool")
+            .args(["config", "routes", "test", "--config.file", ALERTMANAGER])
+            .args(labels)
+            .current_dir(root()),
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Merged into a cluster's configuration, the example routes only ragwatch's alerts: the cluster's
+/// own critical and warning alerts go where the root route sends them (`default`, standing for the
+/// user's receiver), every alert of rules.yaml to the receiver of its severity.
+#[test]
+fn only_ragwatch_alerts_reach_the_ragwatch_receivers() {
+    run_ok(
+        Command::new("amtool")
+            .args(["check-config", ALERTMANAGER])
+            .current_dir(root()),
+    );
+    let foreign = [
+        ("KubePodCrashLooping", "critical"),
+        ("KubeNodeNotReady", "warning"),
+        ("Watchdog", "none"),
+        ("TargetDown", "info"),
+    ];
+    for (alert, severity) in foreign {
+        let labels = [
+            format!("alertname={alert}"),
+            format!("severity={severity}"),
+            "namespace=kube-system".to_owned(),
+        ];
+        assert_eq!(amtool_receiver(&labels), "default", "{alert} {severity}");
+    }
+    let alerts = python(
+        "import yaml\nfor g in yaml.safe_load(open('deploy/prometheus/rules.yaml'))['groups']:\n  for r in g['rules']:\n    if 'alert' in r: print(r['alert'], r['labels']['severity'])",
+        &[],
+    );
+    let mut pages = 0;
+    for line in alerts.lines() {
+        let (alert, severity) = line.split_once(' ').unwrap();
+        let expected = match severity {
+            "critical" => "ragwatch-pager",
+            "warning" => "ragwatch-ticket",
+            "info" => "null",
+            other => panic!("{alert}: severity {other}"),
+        };
+        pages += usize::from(severity == "critical");
+        let labels = [
+            format!("alertname={alert}"),
+            format!("severity={severity}"),
+            "namespace=rag".to_owned(),
+            "stratum=head".to_owned(),
+        ];
+        assert_eq!(amtool_receiver(&labels), expected, "{alert}");
+    }
+    assert!(pages >= 2, "{alerts}");
+    // A ragwatch alert without a severity: a ticket, never lost, never a page.
+    assert_eq!(
+        amtool_receiver(&["alertname=RagwatchSomething".to_owned()]),
+        "ragwatch-ticket"
+    );
+}
+
+/// The AlertmanagerConfig of components/monitoring is the plain example's ragwatch route: the same
+/// matchers, receivers, grouping, waits and child routes, and its first inhibit rule.
+#[test]
+fn the_alertmanager_config_resource_routes_like_the_plain_example() {
+    let verdict = python(
+        r#"
+import sys, yaml
+plain = yaml.safe_load(open(sys.argv[1]))
+cr = yaml.safe_load(open(sys.argv[2]))
+def matchers(ms):
+    out = []
+    for m in ms:
+        if isinstance(m, str):
+            name, op, value = __import__('re').fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', m).groups()
+        else:
+            name, op, value = m['name'], m.get('matchType', '='), m['value']
+        out.append((name, op, value))
+    return sorted(out)
+def plain_route(r):
+    return {'matchers': matchers(r.get('matchers', [])), 'receiver': r['receiver'],
+            'group_by': r.get('group_by'), 'group_wait': r.get('group_wait'),
+            'group_interval': r.get('group_interval'), 'repeat_interval': r.get('repeat_interval'),
+            'routes': [plain_route(x) for x in r.get('routes', [])]}
+def cr_route(r):
+    return {'matchers': matchers(r.get('matchers', [])), 'receiver': r['receiver'],
+            'group_by': r.get('groupBy'), 'group_wait': r.get('groupWait'),
+            'group_interval': r.get('groupInterval'), 'repeat_interval': r.get('repeatInterval'),
+            'routes': [cr_route(x) for x in r.get('routes', [])]}
+ragwatch = [r for r in plain['route']['routes'] if matchers(r['matchers']) == [('alertname', '=~', 'Ragwatch.*')]]
+assert len(ragwatch) == 1, plain['route']
+problems = []
+if plain_route(ragwatch[0]) != cr_route(cr['spec']['route']):
+    problems.append(f"routes differ: {plain_route(ragwatch[0])} != {cr_route(cr['spec']['route'])}")
+used = set()
+def receivers(r):
+    used.add(r['receiver']); [receivers(x) for x in r.get('routes', [])]
+receivers(cr['spec']['route'])
+if used != {r['name'] for r in cr['spec']['receivers']}: problems.append(f'receivers {used}')
+inhibit = plain['inhibit_rules'][0]
+cr_inhibit = cr['spec']['inhibitRules'][0]
+if (matchers(inhibit['source_matchers']), matchers(inhibit['target_matchers']), inhibit['equal']) != (matchers(cr_inhibit['sourceMatch']), matchers(cr_inhibit['targetMatch']), cr_inhibit['equal']):
+    problems.append('inhibit rules differ')
+print(problems)
+"#,
+        &[
+            ALERTMANAGER,
+            "deploy/kubernetes/components/monitoring/alertmanagerconfig.yaml",
+        ],
+    );
+    assert_eq!(verdict.trim(), "[]");
+}
+
 // -------------------------------------------------------------------------------------- kustomize
 
 const WORKLOADS: [&str; 3] = ["standalone", "sidecar", "native-sidecar"];
@@ -135,7 +256,7 @@ fn validate(name: &str, rendered: &str) {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{name}: {report}");
     assert!(
-        report.matches("passed for resource").count() >= 3,
+        report.matches("passed for resource").count() >= 2,
         "{name}: {report}"
     );
 }
@@ -169,8 +290,15 @@ for d in docs:
     if sc.get('capabilities', {}).get('drop') != ['ALL']: problems.append('capabilities drop')
     if sc.get('capabilities', {}).get('add'): problems.append('capabilities add')
     if any('hostPort' in p for p in c.get('ports', [])): problems.append('hostPort')
-    for probe, path in (('livenessProbe', '/livez'), ('readinessProbe', '/readyz')):
-        if c.get(probe, {}).get('httpGet', {}).get('path') != path: problems.append(probe)
+    if c.get('livenessProbe', {}).get('httpGet', {}).get('path') != '/livez': problems.append('livenessProbe')
+    others = [x for x in spec.get('containers', []) if x['name'] != 'ragwatch']
+    if others:
+        # A sidecar: the pod's readiness is the application's, its first container stays first.
+        if 'readinessProbe' in c: problems.append('a readiness probe on the sidecar')
+        if spec['containers'][0]['name'] == 'ragwatch': problems.append('ragwatch is the first container')
+        default = d['spec']['template']['metadata'].get('annotations', {}).get('kubectl.kubernetes.io/default-container')
+        if default != spec['containers'][0]['name']: problems.append(f'default-container {default}')
+    elif c.get('readinessProbe', {}).get('httpGet', {}).get('path') != '/readyz': problems.append('readinessProbe')
     if spec.get('terminationGracePeriodSeconds', 30) <= 20: problems.append('grace period')
     if 'initContainers' in spec and c in spec['initContainers'] and c.get('restartPolicy') != 'Always':
         problems.append('native sidecar restartPolicy')
@@ -194,9 +322,14 @@ for d in docs:
     limit = bytes_of(records[0]['emptyDir'].get('sizeLimit', 0))
     if limit <= cap: problems.append(f'records emptyDir {limit} <= records cap {cap}')
     workloads.append({'name': d['metadata']['name'], 'labels': d['spec']['template']['metadata'].get('labels', {}),
-                      'pod_security_context': spec.get('securityContext')})
-dash = configmaps.get('ragwatch-dashboard')
-if not dash or dash['metadata'].get('labels', {}).get('grafana_dashboard') != '1': problems.append('dashboard configmap label')
+                      'pod_security_context': spec.get('securityContext'),
+                      'containers': [x['name'] for x in spec.get('containers', [])],
+                      'grace': spec.get('terminationGracePeriodSeconds'),
+                      'selector': d['spec']['selector'],
+                      'volumes': [v['name'] for v in spec.get('volumes', [])]})
+dashboards = [d for d in docs if d['kind'] == 'ConfigMap' and 'ragwatch.json' in d.get('data', {})]
+for dash in dashboards:
+    if dash['metadata'].get('labels', {}).get('grafana_dashboard') != '1': problems.append('dashboard configmap label')
 json.dump({
     'kinds': sorted(d['kind'] for d in docs),
     'problems': problems,
@@ -205,6 +338,7 @@ json.dump({
     'release': {d['kind']: d['metadata'].get('labels', {}).get('release') for d in docs
                 if d['apiVersion'].startswith('monitoring.coreos.com/')},
     'pdbs': [d['spec'] for d in docs if d['kind'] == 'PodDisruptionBudget'],
+    'dashboards': [json.loads(d['data']['ragwatch.json'])['uid'] for d in dashboards],
 }, sys.stdout)
 "#;
 
@@ -286,7 +420,7 @@ fn component_release() -> String {
 fn the_monitoring_component_adds_the_operator_objects_with_one_release_label() {
     let release = component_release();
     assert_eq!(release, "kube-prometheus-stack");
-    let all = json!({"PodMonitor": release, "PrometheusRule": release, "ServiceMonitor": release});
+    let all = json!({"AlertmanagerConfig": release, "PodMonitor": release, "PrometheusRule": release, "ServiceMonitor": release});
     for overlay in WORKLOADS {
         let rendered = render_with_monitoring(overlay, "");
         validate(overlay, &rendered);
@@ -297,8 +431,119 @@ fn the_monitoring_component_adds_the_operator_objects_with_one_release_label() {
     let v = check("standalone", &render_with_monitoring("standalone", mine));
     assert_eq!(
         v["release"],
-        json!({"PodMonitor": "my-prometheus", "PrometheusRule": "my-prometheus", "ServiceMonitor": "my-prometheus"})
+        json!({"AlertmanagerConfig": "my-prometheus", "PodMonitor": "my-prometheus", "PrometheusRule": "my-prometheus", "ServiceMonitor": "my-prometheus"})
     );
+}
+
+const RUNBOOK: &str = "https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md";
+
+/// The `runbook_url`s of rendered manifests, one per alert.
+fn runbook_urls(rendered: &str) -> Vec<String> {
+    rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+        .map(|u| u.trim().trim_matches('"').to_owned())
+        .collect()
+}
+
+/// The runbook's address is one setting for the PrometheusRule (an annotation the component's
+/// replacement writes into every runbook_url) and one documented `sed` for the plain rules and the
+/// dashboard; the anchors stay.
+#[test]
+fn the_runbook_address_is_one_setting() {
+    // kustomize: as shipped, then with the setting changed in a copy of the component.
+    let shipped = runbook_urls(&render("example"));
+    assert!(shipped.len() >= 15, "{shipped:?}");
+    for url in &shipped {
+        assert!(url.starts_with(&format!("{RUNBOOK}#ragwatch")), "{url}");
+    }
+    let component = root().join("deploy/kubernetes/components/monitoring");
+    let kustomization = std::fs::read_to_string(component.join("kustomization.yaml")).unwrap();
+    let setting = format!("ragwatch.io/runbook-base-url: {RUNBOOK}");
+    assert_eq!(kustomization.matches(&setting).count(), 1);
+    let mine = "https://wiki.example.com/ragwatch/runbook";
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&component)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    for (name, text) in &mut files {
+        if name == "kustomization.yaml" {
+            *text = text.replace(&setting, &format!("ragwatch.io/runbook-base-url: {mine}"));
+        }
+    }
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let copy = user_overlay(&refs);
+    let user = user_overlay(&[(
+        "kustomization.yaml",
+        &format!(
+            "resources: [{{repo}}/deploy/kubernetes/overlays/standalone]\ncomponents: [{}]\n",
+            copy.path().display()
+        ),
+    )]);
+    // kustomize takes relative paths: the component copy's, from the user's overlay.
+    let relative = format!("../{}", copy.path().file_name().unwrap().to_str().unwrap());
+    std::fs::write(
+        user.path().join("kustomization.yaml"),
+        std::fs::read_to_string(user.path().join("kustomization.yaml"))
+            .unwrap()
+            .replace(&copy.path().display().to_string(), &relative),
+    )
+    .unwrap();
+    let moved = runbook_urls(&kustomize(user.path()));
+    assert_eq!(moved.len(), shipped.len());
+    for (url, before) in moved.iter().zip(&shipped) {
+        assert_eq!(url, &before.replace(RUNBOOK, mine));
+    }
+
+    // The documented sed, on copies of the plain files.
+    let doc = std::fs::read_to_string(root().join("docs/deployment.md")).unwrap();
+    let sed = doc
+        .lines()
+        .find(|l| l.starts_with("sed -i 's|") && l.contains(RUNBOOK))
+        .expect("docs/deployment.md documents the sed");
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        "deploy/prometheus/rules.yaml",
+        "deploy/kubernetes/components/dashboard/ragwatch-dashboard.json",
+    ];
+    for f in files {
+        assert!(sed.contains(f), "{sed}");
+        let to = dir.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root().join(f), &to).unwrap();
+    }
+    run_ok(
+        Command::new("sh")
+            .arg("-c")
+            .arg(sed)
+            .current_dir(dir.path()),
+    );
+    let rules = dir.path().join(files[0]);
+    run_ok(
+        Command::new("promtool")
+            .arg("check")
+            .arg("rules")
+            .arg(&rules),
+    );
+    let rules = std::fs::read_to_string(&rules).unwrap();
+    let dash = std::fs::read_to_string(dir.path().join(files[1])).unwrap();
+    for text in [&rules, &dash] {
+        assert!(!text.contains(RUNBOOK));
+    }
+    assert_eq!(
+        rules.matches(&format!("{mine}#ragwatch")).count(),
+        shipped.len()
+    );
+    let dash: Value = serde_json::from_str(&dash).unwrap();
+    let links = dash.to_string().matches(&format!("{mine}#")).count();
+    assert!(links >= 10, "{links} dashboard links moved");
 }
 
 /// The example overlay has everything, and its generated Secret can never overwrite the real one.
@@ -321,6 +566,178 @@ fn the_example_overlay_generates_a_secret_under_a_hashed_name() {
         "PodDisruptionBudget",
     ] {
         assert!(has_kind(&v, kind), "example lacks {kind}");
+    }
+    assert_eq!(
+        v["dashboards"],
+        json!(["ragwatch"]),
+        "the example has the dashboard"
+    );
+    // The workload overlays leave the dashboard to its component, opted into once per Grafana.
+    for overlay in WORKLOADS {
+        assert_eq!(check(overlay, &render(overlay))["dashboards"], json!([]));
+    }
+}
+
+/// Writes a kustomization into a fresh directory under the test target directory, with `{repo}`
+/// standing for the repository as a relative path (kustomize takes relative paths only).
+fn user_overlay(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let repo = format!(
+        "{up}{}",
+        root().display().to_string().trim_start_matches('/')
+    );
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text.replace("{repo}", &repo)).unwrap();
+    }
+    dir
+}
+
+/// The second install of docs/deployment.md ("Two installs in one namespace"), as a user copies it.
+fn documented_second_install() -> String {
+    let doc = std::fs::read_to_string(root().join("docs/deployment.md")).unwrap();
+    let start = doc
+        .find("```yaml\n# payments/kustomization.yaml\n")
+        .expect("docs/deployment.md shows a second install");
+    let block = &doc[start + "```yaml\n".len()..];
+    block[..block.find("```").unwrap()].replace("../deploy/", "{repo}/deploy/")
+}
+
+/// Reads two renders (JSON lines of documents, one install per line) on stdin; prints every
+/// collision: a selector of one install matching a pod or Service of the other, or missing its own;
+/// two objects of one kind and name; two dashboards with one uid; two consumer groups in one.
+const TWO_INSTALLS: &str = r#"
+import json, sys, yaml
+installs = [[d for d in yaml.safe_load_all(r) if d] for r in json.load(sys.stdin)]
+problems = []
+def matches(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+def pods(docs):
+    return [d['spec']['template']['metadata']['labels'] for d in docs if d['kind'] == 'Deployment']
+def services(docs):
+    return [d['metadata'].get('labels', {}) for d in docs if d['kind'] == 'Service']
+def selectors(docs):
+    for d in docs:
+        k = d['kind']
+        if k in ('Deployment', 'PodDisruptionBudget'): yield k, 'pods', d['spec']['selector']['matchLabels']
+        elif k == 'Service': yield k, 'pods', d['spec']['selector']
+        elif k == 'ServiceMonitor': yield k, 'services', d['spec']['selector']['matchLabels']
+        elif k == 'PodMonitor': yield k, 'pods', d['spec']['selector']['matchLabels']
+for i, mine in enumerate(installs):
+    theirs = installs[1 - i]
+    for kind, what, sel in selectors(mine):
+        targets = (pods if what == 'pods' else services)
+        if any(matches(sel, l) for l in targets(theirs)): problems.append(f'install {i}: a {kind} selects the other install: {sel}')
+        if kind != 'PodMonitor' and not any(matches(sel, l) for l in targets(mine)): problems.append(f'install {i}: a {kind} selects none of its own: {sel}')
+names = [(d['kind'], d['metadata']['name']) for docs in installs for d in docs]
+problems += [f'{n} twice' for n in set(names) if names.count(n) > 1]
+uids = [json.loads(d['data']['ragwatch.json'])['uid'] for docs in installs for d in docs
+        if d['kind'] == 'ConfigMap' and 'ragwatch.json' in d.get('data', {})]
+if len(uids) != len(set(uids)): problems.append(f'dashboard uids {uids}')
+# What serves every install of a namespace comes once: the rules and the alerts' route.
+for kind in ('PrometheusRule', 'AlertmanagerConfig'):
+    if sum(d['kind'] == kind for docs in installs for d in docs) != 1: problems.append(f'not one {kind}')
+groups = [e['value'] for docs in installs for d in docs if d['kind'] == 'Deployment'
+          for c in d['spec']['template']['spec']['containers'] for e in c.get('env', []) if e['name'] == 'RAGWATCH__KAFKA__GROUP_ID']
+if len(groups) != len(set(groups)): problems.append(f'consumer groups {groups}')
+json.dump({'problems': problems, 'uids': uids, 'kinds': sorted(set(n[0] for n in names))}, sys.stdout)
+"#;
+
+/// Two installs in one namespace, the default one (with the dashboard) and the documented second
+/// one: no selector of either (Deployment, Services, PodDisruptionBudget, ServiceMonitor) matches
+/// the other's pods or Services, no two objects share a kind and name, one dashboard uid, two
+/// consumer groups.
+#[test]
+fn two_installs_in_one_namespace_select_only_their_own_pods() {
+    let first = user_overlay(&[(
+        "kustomization.yaml",
+        "resources: [{repo}/deploy/kubernetes/overlays/standalone]
+components:
+  - {repo}/deploy/kubernetes/components/monitoring
+  - {repo}/deploy/kubernetes/components/dashboard
+",
+    )]);
+    let second = user_overlay(&[("kustomization.yaml", &documented_second_install())]);
+    let renders = [kustomize(first.path()), kustomize(second.path())];
+    for (name, r) in ["first install", "second install"].iter().zip(&renders) {
+        validate(name, r);
+        check(name, r);
+    }
+    let out = pipe(
+        Command::new("python3").arg("-c").arg(TWO_INSTALLS),
+        &serde_json::to_string(&renders).unwrap(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["problems"], json!([]), "{v}");
+    assert_eq!(v["uids"], json!(["ragwatch"]), "{v}");
+    for kind in [
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+        "Service",
+        "Deployment",
+    ] {
+        assert!(
+            v["kinds"].as_array().unwrap().iter().any(|k| k == kind),
+            "{v}"
+        );
+    }
+}
+
+/// The sidecar patches on an application of a user's: its first container stays first and is the
+/// one `kubectl` picks, its 120 s grace period, its volumes and its selector stay, and ragwatch has
+/// no readiness probe to take the pod out of its Service.
+#[test]
+fn the_sidecar_patches_leave_the_application_its_pod() {
+    let app = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: rag-service\nspec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      terminationGracePeriodSeconds: 120\n      containers:\n        - name: web\n          image: example.com/web:1\n          readinessProbe: {httpGet: {path: /ready, port: 8080}}\n      volumes:\n        - name: cache\n          emptyDir: {}\n";
+    for overlay in ["sidecar", "native-sidecar"] {
+        let src = root().join("deploy/kubernetes/overlays").join(overlay);
+        let mut files: Vec<(String, String)> = std::fs::read_dir(&src)
+            .unwrap()
+            .map(|e| {
+                let path = e.unwrap().path();
+                let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+                let text = std::fs::read_to_string(&path).unwrap();
+                (name, text)
+            })
+            .collect();
+        for (name, text) in &mut files {
+            if name == "kustomization.yaml" {
+                assert!(text.contains("  - ../../example-app\n"), "{overlay}");
+                *text = text
+                    .replace("  - ../../example-app\n", "  - app.yaml\n")
+                    .replace("../../base", "{repo}/deploy/kubernetes/base");
+            }
+        }
+        files.push(("app.yaml".into(), app.into()));
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        let dir = user_overlay(&refs);
+        let rendered = kustomize(dir.path());
+        validate(overlay, &rendered);
+        let v = check(overlay, &rendered);
+        let w = &v["workloads"][0];
+        assert_eq!(w["grace"], 120, "{overlay}: {w}");
+        assert_eq!(w["containers"][0], "web", "{overlay}: {w}");
+        assert_eq!(
+            w["selector"],
+            json!({"matchLabels": {"app": "web"}}),
+            "{overlay}"
+        );
+        assert!(
+            w["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n == "cache"),
+            "{overlay}: {w}"
+        );
     }
 }
 
@@ -748,8 +1165,10 @@ fn anchor(heading: &str) -> String {
 fn dashboard_is_well_formed_described_and_one_unit_per_panel() {
     let d = dashboard();
     let copy: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("deploy/kubernetes/base/ragwatch-dashboard.json"))
-            .unwrap(),
+        &std::fs::read_to_string(
+            root().join("deploy/kubernetes/components/dashboard/ragwatch-dashboard.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     assert_eq!(d, copy, "the kustomize copy of the dashboard differs");
@@ -759,9 +1178,19 @@ fn dashboard_is_well_formed_described_and_one_unit_per_panel() {
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    for v in ["namespace", "pod", "stratum"] {
+    for v in ["cluster", "namespace", "pod", "stratum"] {
         assert!(vars.contains(&v), "variable {v}");
     }
+    // The cluster variable works without a cluster label: its All matches a missing label.
+    let cluster = &d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cluster")
+        .unwrap();
+    assert_eq!(cluster["includeAll"], true);
+    assert_eq!(cluster["allValue"], ".*");
+    assert_eq!(cluster["current"]["value"], json!(["$__all"]));
     let panels = d["panels"].as_array().unwrap();
     let (rows, graphs): (Vec<&Value>, Vec<&Value>) =
         panels.iter().partition(|p| p["type"] == "row");
@@ -830,8 +1259,8 @@ fn dashboard_opens_with_an_overview_and_repeats_per_stratum() {
         .collect::<Vec<_>>()
         .join("\n");
     for needle in [
-        "ragwatch_window_mean_ratio{",
-        "judge=\"combined\", metric=\"faithfulness\", window=\"5m\"",
+        "ragwatch:faithfulness:combined_mean_5m{",
+        "ragwatch:threshold_floor:ratio{",
         "ALERTS{alertstate=\"firing\", alertname=~\"Ragwatch.*\"",
         "ragwatch_traces_received_total",
         "ragwatch_judge_tokens_total",
@@ -849,22 +1278,124 @@ fn dashboard_opens_with_an_overview_and_repeats_per_stratum() {
         .iter()
         .find(|p| {
             let e = exprs(p).join("\n");
-            e.contains("ragwatch_window_ci_lower_ratio")
-                && e.contains("ragwatch_window_ci_upper_ratio")
+            e.contains("ragwatch:faithfulness:combined_lower_5m")
+                && e.contains("ragwatch:faithfulness:combined_upper_5m")
         })
         .expect("an interval band");
     let e = exprs(band).join("\n");
-    assert!(e.matches("judge=\"combined\"").count() >= 3, "{e}");
-    assert!(e.contains("ragwatch_threshold_ratio") && e.contains("rule=\"floor\""));
+    assert!(e.contains("ragwatch:faithfulness:combined_mean_5m"), "{e}");
+    assert!(e.contains("ragwatch:threshold_floor:ratio") && e.contains("judge=\"combined\""));
     assert!(band.to_string().contains("custom.fillBelowTo"));
+    // The headline stat is coloured at the floor: its threshold comes from the floor's series.
+    let headline = panels[1..]
+        .iter()
+        .find(|p| exprs(p).iter().any(|e| e.contains("combined_mean_5m")))
+        .unwrap();
+    let t = &headline["transformations"][0];
+    assert_eq!(t["id"], "configFromData", "{headline}");
+    let config_ref = t["options"]["configRefId"].as_str().unwrap();
+    let config_query = headline["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["refId"] == config_ref)
+        .unwrap();
+    assert!(
+        config_query["expr"]
+            .as_str()
+            .unwrap()
+            .contains("ragwatch:threshold_floor:ratio"),
+        "{config_query}"
+    );
+    assert_eq!(t["options"]["mappings"][0]["handlerKey"], "threshold1");
     let floors: Vec<&str> = panels
         .iter()
         .flat_map(exprs)
-        .filter(|e| e.contains("ragwatch_threshold_ratio"))
+        .filter(|e| e.contains("ragwatch:threshold_floor:ratio"))
         .collect();
     assert!(floors.len() >= 3);
     for f in floors {
         assert!(f.contains("judge"), "a threshold without its judge: {f}");
+    }
+}
+
+/// The series names a PromQL expression reads (recording rules and ragwatch's own families).
+fn series_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("ragwatch") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        // A series, not a label value such as alertname=~"Ragwatch.*" or a word in a string.
+        if name.contains(':') || name.starts_with("ragwatch_") {
+            names.push(name.to_owned());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// Every `combined` number on the dashboard (headline, band, floor, samples) reads a series that an
+/// alert of rules.yaml reads, in its expression or its description's queries: the pooled recording
+/// rules, never one replica's `ragwatch_window_*` gauges averaged.
+#[test]
+fn every_combined_number_on_the_dashboard_is_one_an_alert_reads() {
+    let read_by_alerts = python(
+        "import yaml\nfor g in yaml.safe_load(open('deploy/prometheus/rules.yaml'))['groups']:\n  for r in g['rules']:\n    if 'alert' in r: print(r['expr']); [print(v) for v in r.get('annotations', {}).values()]",
+        &[],
+    );
+    let alert_series = series_names(&read_by_alerts);
+    assert!(
+        alert_series
+            .iter()
+            .any(|s| s == "ragwatch:faithfulness:combined_upper_5m")
+    );
+    let d = dashboard();
+    let mut n = 0;
+    for p in d["panels"].as_array().unwrap() {
+        for e in exprs(p).into_iter().filter(|e| e.contains("combined")) {
+            n += 1;
+            assert!(!e.contains("ragwatch_window_"), "{}: {e}", p["title"]);
+            for s in series_names(e) {
+                assert!(
+                    alert_series.contains(&s),
+                    "{}: {s} is read by no alert: {e}",
+                    p["title"]
+                );
+            }
+        }
+    }
+    assert!(n >= 6, "{n} combined queries");
+}
+
+/// No two panels (rows included: a row spans the width, one unit high) share a grid cell.
+#[test]
+fn dashboard_panels_do_not_overlap() {
+    let d = dashboard();
+    let rects: Vec<(String, [u64; 4])> = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let g = &p["gridPos"];
+            let v = |k: &str| g[k].as_u64().unwrap();
+            (
+                p["title"].as_str().unwrap().to_owned(),
+                [v("x"), v("y"), v("w"), v("h")],
+            )
+        })
+        .collect();
+    for (title, [x, _, w, _]) in &rects {
+        assert!(x + w <= 24, "{title} is wider than the grid");
+    }
+    for (i, (a, [ax, ay, aw, ah])) in rects.iter().enumerate() {
+        for (b, [bx, by, bw, bh]) in &rects[i + 1..] {
+            let apart = ax + aw <= *bx || bx + bw <= *ax || ay + ah <= *by || by + bh <= *ay;
+            assert!(apart, "{a} overlaps {b}");
+        }
     }
 }
 
@@ -916,7 +1447,8 @@ fn dashboard_links_to_runbook_anchors_that_exist() {
 
 /// Grafana-only syntax replaced by what the alerts test uses.
 fn substitute(expr: &str) -> String {
-    expr.replace("$namespace", ".*")
+    expr.replace("$cluster", ".*")
+        .replace("$namespace", ".*")
         .replace("$pod", ".*")
         .replace("$stratum", ".*")
         .replace("$__rate_interval", "20s")
