@@ -166,7 +166,8 @@ def instrument(framework, instrumentor, provider):
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
         OpenAIInstrumentor().instrument(tracer_provider=provider)
     else:
-        raise SystemExit("OpenLLMetry has no Haystack 2 instrumentation")
+        raise SystemExit("OpenLLMetry's Haystack instrumentation (0.62) wraps "
+                         "haystack.components.generators.openai, which Haystack 3 no longer has")
 
 
 def langchain_pipeline(base_url):

@@ -201,6 +201,16 @@ fn langchain_openllmetry_reads_the_retriever_task_and_unwraps_inputs_outputs() {
     assert_eq!((t.query.as_str(), t.answer.as_str()), (Q, A));
     // The instrumentation writes page_content and metadata only: no ids, no scores.
     assert_eq!(texts(&t), vec![(None, D1, None), (None, D0, None)]);
+    // An id the application put in the document's metadata is read.
+    let mut spans = langchain_openllmetry(&input, &output);
+    spans[1].attributes[7] = s(
+        "traceloop.entity.output",
+        &format!(
+            r#"{{"documents": [{{"page_content": "{D1}", "metadata": {{"id": "doc-5", "source": "x"}}}}], "count": 1}}"#
+        ),
+    );
+    let t = judged(assemble(Preset::OpenLlmetry, spans));
+    assert_eq!(texts(&t), vec![(Some("doc-5"), D1, None)]);
     assert_eq!(
         t.metadata.field::<String>("model").as_deref(),
         Some("gpt-4o-mini")
@@ -410,6 +420,12 @@ fn llamaindex_openllmetry_reads_nodes_from_the_retriever_task() {
     );
     let t = judged(assemble(Preset::OpenLlmetry, spans));
     assert_eq!(t.query, Q);
+    // Without the OpenAI instrumentation's model call span: judged, with no model.
+    let mut spans = llamaindex_openllmetry();
+    spans.retain(|sp| sp.name != "openai.chat");
+    let t = judged(assemble(Preset::OpenLlmetry, spans));
+    assert_eq!((t.query.as_str(), t.answer.as_str()), (Q, A));
+    assert_eq!(t.metadata.field::<String>("model"), None);
 }
 
 #[test]
