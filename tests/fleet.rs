@@ -62,6 +62,9 @@ use ragwatch::window::{Accumulate, EstimateSums};
 use serde_json::Value;
 
 const NAMESPACE: &str = "rag-fleet";
+/// A lone replica in a consumer group of its own on the same topic, scraped under this namespace:
+/// the same rules must give it the same exact figures.
+const SOLO: &str = "rag-solo";
 const PARTITIONS: i32 = 6;
 const STRATA: [&str; 4] = ["head", "tail", "known_failure", "out_of_scope"];
 /// Traces per batch: about 230 head and 57 of each other stratum (gen_traces.py weighs head 8:2).
@@ -597,6 +600,7 @@ impl Row {
 /// `[t - lag, t]`.
 fn compare(
     prom: u16,
+    namespace: &str,
     moment: &str,
     t: f64,
     lag: f64,
@@ -606,7 +610,7 @@ fn compare(
     let rules: BTreeSet<&String> = expected.keys().map(|k| &k.0).collect();
     let mut got: BTreeMap<Key, Option<f64>> = BTreeMap::new();
     for rule in rules {
-        let selector = format!("{rule}{{namespace=\"{NAMESPACE}\"}}");
+        let selector = format!("{rule}{{namespace=\"{namespace}\"}}");
         let results = query_at(prom, &selector, t)
             .unwrap_or_else(|| panic!("Prometheus answers {selector} at {t}"));
         let stamps = query_at(prom, &format!("timestamp({selector})"), t).unwrap_or_default();
@@ -634,6 +638,8 @@ fn compare(
             );
         }
     }
+    // Rows of the lone replica are marked with an `s` after the moment.
+    let moment = &format!("{moment}{}", if namespace == SOLO { "s" } else { "" });
     let mut rows: Vec<Row> = expected
         .iter()
         .map(|(k, e)| Row {
@@ -793,6 +799,13 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
             retired: Vec::new(),
         })
         .collect();
+    let mut solo = Replica {
+        pod: "ragwatch-solo".to_owned(),
+        port: free_port(),
+        records: dir.path().join("verdicts-ragwatch-solo.jsonl"),
+        process: None,
+        retired: Vec::new(),
+    };
     // RAGWATCH_FLEET_RULES names another rules file (an earlier version, to compare); by default
     // the shipped one.
     let rules_path = std::env::var_os("RAGWATCH_FLEET_RULES")
@@ -811,6 +824,12 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
         )
         .unwrap();
     }
+    write!(
+        targets,
+        "      - targets: [\"127.0.0.1:{}\"]\n        labels: {{namespace: {SOLO}, pod: {}}}\n",
+        solo.port, solo.pod
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
@@ -844,7 +863,11 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
 
     replicas[0].start(&config_path, &env);
     replicas[1].start(&config_path, &env);
+    let mut solo_env = env.clone();
+    solo_env.push(("RAGWATCH__KAFKA__GROUP_ID", format!("{group}-solo")));
+    solo.start(&config_path, &solo_env);
     wait_assigned(&replicas);
+    wait_assigned(std::slice::from_ref(&solo));
     let setup = wall.elapsed().as_secs_f64();
 
     let mut batches: Vec<Batch> = Vec::new();
@@ -865,6 +888,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
             *produced.get_mut(&traces[id].stratum).unwrap() += 1.0;
         }
         let settled = settle(replicas, produced, prom);
+        let settled = settled.max(settle(std::slice::from_ref(&solo), produced, prom));
         batches.push(Batch {
             label: plan[b].to_owned(),
             ids: generated[b].iter().map(|t| t.0.clone()).collect(),
@@ -971,24 +995,44 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
     sleep_until(last + lag + 1.0);
 
     // What the replicas judged: verdict records, and every incarnation's counters.
-    let mut verdicts: HashMap<String, [Option<f64>; 3]> = HashMap::new();
-    let mut record_status: BTreeMap<String, u64> = BTreeMap::new();
-    let mut duplicates = Vec::new();
-    for r in &replicas {
-        let text = std::fs::read_to_string(&r.records).unwrap_or_default();
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let v: Value = serde_json::from_str(line).unwrap();
-            let status = v["status"].as_str().unwrap_or("?").to_owned();
-            *record_status.entry(status.clone()).or_default() += 1;
-            if status != "judged" {
-                continue;
-            }
-            let id = v["trace_id"].as_str().unwrap().to_owned();
-            let scores = [0, 1, 2].map(|i| v[Metric::ALL[i].name()].as_f64());
-            if verdicts.insert(id.clone(), scores).is_some() {
-                duplicates.push(id);
+    type Verdicts = HashMap<String, [Option<f64>; 3]>;
+    let read_records = |replicas: &[&Replica]| -> (Verdicts, BTreeMap<String, u64>, Vec<String>) {
+        let mut verdicts: Verdicts = HashMap::new();
+        let mut record_status: BTreeMap<String, u64> = BTreeMap::new();
+        let mut duplicates = Vec::new();
+        for r in replicas {
+            let text = std::fs::read_to_string(&r.records).unwrap_or_default();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let v: Value = serde_json::from_str(line).unwrap();
+                let status = v["status"].as_str().unwrap_or("?").to_owned();
+                *record_status.entry(status.clone()).or_default() += 1;
+                if status != "judged" {
+                    continue;
+                }
+                let id = v["trace_id"].as_str().unwrap().to_owned();
+                let scores = [0, 1, 2].map(|i| v[Metric::ALL[i].name()].as_f64());
+                if verdicts.insert(id.clone(), scores).is_some() {
+                    duplicates.push(id);
+                }
             }
         }
+        (verdicts, record_status, duplicates)
+    };
+    let (verdicts, record_status, mut duplicates) =
+        read_records(&replicas.iter().collect::<Vec<_>>());
+    // The lone replica judged the same sample; the stand-in's noise follows the order of its
+    // calls, so its verdicts are its own.
+    let (solo_verdicts, _, solo_duplicates) = read_records(&[&solo]);
+    duplicates.extend(solo_duplicates);
+    let (fleet_ids, solo_ids): (BTreeSet<&String>, BTreeSet<&String>) =
+        (verdicts.keys().collect(), solo_verdicts.keys().collect());
+    if fleet_ids != solo_ids {
+        problems.push(format!(
+            "the lone replica judged {} traces, the fleet {}; {} differ",
+            solo_ids.len(),
+            fleet_ids.len(),
+            fleet_ids.symmetric_difference(&solo_ids).count()
+        ));
     }
     let fleet = fleet_samples(&replicas);
 
@@ -1142,7 +1186,32 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
         ));
         let exact = |set: &BTreeSet<usize>| Exact::of(set, &traces, &verdicts);
         let want = expected(&exact(a), &exact(m), &exact(l), &exact(rest), z);
-        rows.extend(compare(prom, name, *t, lag, &want, &mut problems));
+        rows.extend(compare(
+            prom,
+            NAMESPACE,
+            name,
+            *t,
+            lag,
+            &want,
+            &mut problems,
+        ));
+        let exact_solo = |set: &BTreeSet<usize>| Exact::of(set, &traces, &solo_verdicts);
+        let want_solo = expected(
+            &exact_solo(a),
+            &exact_solo(m),
+            &exact_solo(l),
+            &exact_solo(rest),
+            z,
+        );
+        rows.extend(compare(
+            prom,
+            SOLO,
+            name,
+            *t,
+            lag,
+            &want_solo,
+            &mut problems,
+        ));
     }
 
     let header = format!(

@@ -43,9 +43,6 @@ pub fn shorten_windows(rules: &str) -> String {
     ] {
         s = s.replace(&format!("[{from}]"), &format!("[{to}]"));
     }
-    // The delta group's interval and the offset its rules subtract must stay equal.
-    s = s.replace("interval: 30s", "interval: 1s");
-    s = s.replace(" offset 30s", " offset 1s");
     for d in ["5m", "10m", "15m"] {
         s = s.replace(&format!("for: {d}"), "for: 3s");
     }
