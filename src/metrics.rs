@@ -313,7 +313,7 @@ impl Metrics {
             traces_received: counter(
                 &r,
                 "ragwatch_traces_received_total",
-                "Traces decoded, by stratum.",
+                "Traces received, by stratum: decoded messages and assembled OTLP traces, judged or not.",
                 &["stratum"],
             ),
             traces_rejected: counter(
@@ -650,7 +650,7 @@ impl Metrics {
             traces_unjudged: counter(
                 &r,
                 "ragwatch_traces_unjudged_total",
-                "Assembled traces not judged, by stratum and reason (no_retrieval: no retrieval span; no_context_text: documents without text).",
+                "Assembled traces not judged, by stratum and reason (not_rag: neither a retriever nor a model call; no_retrieval: no retrieval span; no_context_text: documents without text; unreadable_question, unreadable_answer: only a serialized object where the text should be).",
                 &["stratum", "reason"],
             ),
             otlp_requests: counter(
