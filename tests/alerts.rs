@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use label_judge::LabelJudge;
-use prometheus::{WINDOWS, by_stratum, daemon, query, shorten_windows, unix_secs, urlencode};
+use prometheus::{
+    WINDOWS, by_stratum, daemon, query, shorten_windows, start_prometheus, unix_secs, urlencode,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rdkafka::config::ClientConfig;
@@ -573,22 +575,13 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
     .unwrap();
     let started = Instant::now();
     let started_unix = unix_secs();
-    let (prom_port, _prom) = daemon(
-        "prometheus",
-        |port| {
-            vec![
-                format!(
-                    "--config.file={}",
-                    dir.path().join("prometheus.yml").display()
-                ),
-                format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--rules.alert.resend-delay=1s".into(),
-                // As shipped (README, Deployment): exemplars are kept only with this on.
-                "--enable-feature=exemplar-storage".into(),
-            ]
-        },
-        &dir.path().join("prometheus.log"),
+    // Exemplars are kept only with exemplar storage on, as the deployment docs ship it.
+    let (prom_port, _prom) = start_prometheus(
+        dir.path(),
+        &[
+            "--rules.alert.resend-delay=1s",
+            "--enable-feature=exemplar-storage",
+        ],
     );
 
     wait_for(

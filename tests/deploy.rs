@@ -10,17 +10,18 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "common/prometheus.rs"]
+mod prometheus;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::openai::FakeOpenAi;
-use common::{
-    Ragwatch, gen_traces, http_get, http_post, pipe, run_ok, spawn_on_free_port, wait_for,
-};
+use common::{Ragwatch, gen_traces, http_post, pipe, run_ok, wait_for};
+use prometheus::{query, shorten_windows, start_prometheus};
 use serde_json::{Value, json};
 
 fn root() -> &'static Path {
@@ -1508,54 +1509,6 @@ fn the_judge_change_annotation_fires_on_a_judge_change_only() {
     );
 }
 
-fn shorten_windows(s: &str) -> String {
-    let mut s = s.to_owned();
-    for (from, to) in [
-        ("[5m]", "[20s]"),
-        ("[1h]", "[40s]"),
-        ("[24h]", "[60s]"),
-        ("[10m]", "[20s]"),
-        ("[15m]", "[20s]"),
-    ] {
-        s = s.replace(from, to);
-    }
-    for d in ["5m", "10m", "15m"] {
-        s = s.replace(&format!("for: {d}"), "for: 3s");
-    }
-    s
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn query(prom: u16, q: &str) -> Option<Vec<Value>> {
-    let (code, body) = http_get(
-        ([127, 0, 0, 1], prom).into(),
-        &format!("/api/v1/query?query={}", urlencode(q)),
-    )?;
-    if code != 200 {
-        return None;
-    }
-    let v: Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"].as_array().cloned()
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Every dashboard query returns data from a real Prometheus that scrapes ragwatch (with the LLM
 /// judge, so the LLM and combined panels have data too) and evaluates deploy/prometheus/rules.yaml
 /// with shortened windows; the traces come from a file, so the Kafka panels are left to
@@ -1634,30 +1587,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         ),
     )
     .unwrap();
-    let (prom_port, child) = spawn_on_free_port(
-        "prometheus",
-        Duration::from_secs(30),
-        |port| {
-            Command::new("prometheus")
-                .arg(format!(
-                    "--config.file={}",
-                    dir.path().join("prometheus.yml").display()
-                ))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("tsdb").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("prometheus is installed by tests/run.sh")
-        },
-        |port| {
-            http_get(([127, 0, 0, 1], port).into(), "/-/ready").is_some_and(|(code, _)| code == 200)
-        },
-    );
-    let _prom = Killed(child);
+    let (prom_port, _prom) = start_prometheus(dir.path(), &[]);
 
     let d = dashboard();
     for panel in d["panels"].as_array().unwrap() {

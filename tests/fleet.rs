@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use label_judge::LabelJudge;
-use prometheus::{WINDOWS, daemon, query, query_at, shorten_windows, unix_secs};
+use prometheus::{WINDOWS, query, query_at, shorten_windows, start_prometheus, unix_secs};
 use ragwatch::config::Config;
 use ragwatch::labels::Metric;
 use ragwatch::pipeline::{Pipeline, Shared};
@@ -838,20 +838,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
         ),
     )
     .unwrap();
-    let (prom, _prom) = daemon(
-        "prometheus",
-        |port| {
-            vec![
-                format!(
-                    "--config.file={}",
-                    dir.path().join("prometheus.yml").display()
-                ),
-                format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-            ]
-        },
-        &dir.path().join("prometheus.log"),
-    );
+    let (prom, _prom) = start_prometheus(dir.path(), &[]);
     wait_for(
         "Prometheus to load the rules",
         Duration::from_secs(30),

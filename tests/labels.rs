@@ -351,7 +351,7 @@ fn replay_joins_a_label_file() {
 /// classes: a rule that joined the two labels as text would lose it.
 #[test]
 fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
-    use prometheus::{daemon, query, shorten_windows};
+    use prometheus::{query, shorten_windows, start_prometheus};
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let traces = gen_traces(
@@ -398,20 +398,7 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     .unwrap();
     let rules = std::fs::read_to_string(root.join("deploy/prometheus/rules.yaml")).unwrap();
     std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
-    let (prom, _prom) = daemon(
-        "prometheus",
-        |port| {
-            vec![
-                format!(
-                    "--config.file={}",
-                    dir.path().join("prometheus.yml").display()
-                ),
-                format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-            ]
-        },
-        &dir.path().join("prometheus.log"),
-    );
+    let (prom, _prom) = start_prometheus(dir.path(), &[]);
     // Prometheus has seen the labelled series at zero before any label arrives.
     wait_for(
         "Prometheus to scrape ragwatch",

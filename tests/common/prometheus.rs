@@ -81,6 +81,24 @@ pub fn daemon(program: &str, args: impl Fn(u16) -> Vec<String>, log: &Path) -> (
     (port, Killed(child))
 }
 
+/// Starts Prometheus on `dir/prometheus.yml`, its TSDB in `dir/tsdb` and its log in
+/// `dir/prometheus.log`, with `extra` flags; killed when dropped.
+pub fn start_prometheus(dir: &Path, extra: &[&str]) -> (u16, Killed) {
+    daemon(
+        "prometheus",
+        |port| {
+            let mut args = vec![
+                format!("--config.file={}", dir.join("prometheus.yml").display()),
+                format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+            ];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            args
+        },
+        &dir.join("prometheus.log"),
+    )
+}
+
 pub fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
