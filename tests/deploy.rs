@@ -56,20 +56,22 @@ fn rules_pass_promtool_check_and_unit_tests() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("SUCCESS"));
 }
 
-/// Each delta rule subtracts the value its `last` rule recorded at the group's previous evaluation:
-/// the `last` rule records the same raw series, in the same group, after the delta (rules of a group
-/// run in order, so the delta still reads the previous evaluation's value).
+/// Each delta rule subtracts, from the reading its `last` rule has just recorded, the reading
+/// recorded at the group's previous evaluation: the `last` rule reads the raw series once, in the
+/// same group, before the delta (rules of a group run in order, each one's samples visible to the
+/// next), so the delta never reads the raw series itself and a scrape landing mid-group cannot
+/// make a delta and the next reading disagree.
 #[test]
-fn delta_rules_read_the_value_recorded_at_the_previous_evaluation() {
+fn delta_rules_difference_recorded_readings_only() {
     let verdict = python(
-        "import yaml,re\nfor g in yaml.safe_load(open('deploy/prometheus/rules.yaml'))['groups']:\n  names=[r.get('record','') for r in g['rules']]\n  for i,r in enumerate(g['rules']):\n    m=re.fullmatch(r'ragwatch:(\\w+):delta', r.get('record',''))\n    if not m: continue\n    f=m.group(1)\n    last='ragwatch:%s:last'%f\n    want='(ragwatch_%s - last_over_time(%s[1h]) >= 0) or ragwatch_%s'%(f,last,f)\n    j=names.index(last) if last in names else -1\n    ok=r['expr'].strip()==want and j>i and g['rules'][j]['expr'].strip()=='ragwatch_'+f\n    print(r['record'], 'ok' if ok else 'wrong')",
+        "import yaml,re\nfor g in yaml.safe_load(open('deploy/prometheus/rules.yaml'))['groups']:\n  names=[r.get('record','') for r in g['rules']]\n  for i,r in enumerate(g['rules']):\n    m=re.fullmatch(r'ragwatch:(\\w+):delta', r.get('record',''))\n    if not m: continue\n    f=m.group(1)\n    last='ragwatch:%s:last'%f\n    want='(%s - last_over_time(%s[1h] offset 1ms) >= 0) or %s'%(last,last,last)\n    j=names.index(last) if last in names else -1\n    ok=r['expr'].strip()==want and 0<=j<i and g['rules'][j]['expr'].strip()=='ragwatch_'+f\n    print(r['record'], 'ok' if ok else 'wrong')",
         &[],
     );
     let lines: Vec<&str> = verdict.lines().collect();
     for line in &lines {
         assert!(
             line.ends_with(" ok"),
-            "{line}: not the delta of its own last value"
+            "{line}: not the delta of its own recorded readings"
         );
     }
     assert!(lines.len() >= 17, "{} delta rules", lines.len());
