@@ -3,8 +3,8 @@
 //!
 //! # Data flow
 //! ```text
-//! Kafka topic / JSONL file / OTLP/HTTP
-//!   └─ source::{kafka, file, otlp}  consume; store an offset once its trace is accounted for
+//! Kafka topic / JSONL file / OTLP/HTTP / OTLP/gRPC
+//!   └─ source::{kafka, file, otlp, otlp_grpc}  consume; store an offset once its trace is accounted for
 //!       ├─ trace::otlp              OTLP spans → assembled Traces (source::SpanIngest joins offsets)
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`
@@ -23,7 +23,7 @@
 //! Dependencies point down only (`tests/layering.rs` fails on an upward `crate::` reference):
 //! ```text
 //! app, http, replay, gate, fuzzing     entry points and wiring
-//! source                               Kafka, file, stdin, OTLP/HTTP; span ingest
+//! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
 //! pipeline                             one message from bytes to the recorder; the judge pool
 //! recorder                             verdicts into metrics and windows; the evaluator
 //! events                               log-and-count call sites

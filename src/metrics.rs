@@ -219,7 +219,12 @@ impl LengthMoments {
     }
 }
 
-/// Outcomes of an OTLP/HTTP export request; label values of `ragwatch_otlp_requests_total`.
+/// The OTLP receivers' protocols; label values of `ragwatch_otlp_requests_total{protocol}`.
+pub const OTLP_PROTOCOLS: [&str; 2] = ["http", "grpc"];
+
+/// Outcomes of an OTLP export request; label values of `ragwatch_otlp_requests_total{outcome}`.
+/// Over gRPC, `throttled` and `unavailable` are both answered UNAVAILABLE (retried by exporters),
+/// `too_large` RESOURCE_EXHAUSTED or OUT_OF_RANGE, `unsupported` UNIMPLEMENTED.
 pub const OTLP_OUTCOMES: [&str; 7] = [
     "ok",
     "partial",
@@ -656,8 +661,8 @@ impl Metrics {
             otlp_requests: counter(
                 &r,
                 "ragwatch_otlp_requests_total",
-                "OTLP/HTTP export requests, by outcome.",
-                &["outcome"],
+                "OTLP export requests, by protocol (http, grpc) and outcome.",
+                &["protocol", "outcome"],
             ),
             length_moments: float_counter(
                 &r,
@@ -697,8 +702,10 @@ impl Metrics {
         for trigger in crate::trace::otlp::Trigger::ALL {
             m.traces_assembled.with_label_values(&[trigger.as_str()]);
         }
-        for outcome in OTLP_OUTCOMES {
-            m.otlp_requests.with_label_values(&[outcome]);
+        for protocol in OTLP_PROTOCOLS {
+            for outcome in OTLP_OUTCOMES {
+                m.otlp_requests.with_label_values(&[protocol, outcome]);
+            }
         }
         for s in strata {
             let s = s.as_str();

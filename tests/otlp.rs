@@ -40,20 +40,46 @@ fn start_receiver(
     extra: &str,
     env: &[(&str, String)],
 ) -> (Ragwatch, SocketAddr) {
+    let (rw, addr, _) = start_receivers(dir, otlp, extra, env, false);
+    (rw, addr)
+}
+
+/// Starts ragwatch as an OTLP/HTTP receiver and, with `grpc`, an OTLP/gRPC one beside it; returns
+/// it and the receivers' addresses.
+fn start_receivers(
+    dir: &Path,
+    otlp: &str,
+    extra: &str,
+    env: &[(&str, String)],
+    grpc: bool,
+) -> (Ragwatch, SocketAddr, Option<SocketAddr>) {
     let port_file = dir.join(format!("otlp-{}", rand::random::<u32>()));
+    let grpc_port_file = dir.join(format!("otlp-grpc-{}", rand::random::<u32>()));
+    let grpc_keys = if grpc {
+        format!(
+            "grpc_listen = \"127.0.0.1:0\"\ngrpc_port_file = \"{}\"\n",
+            grpc_port_file.display()
+        )
+    } else {
+        String::new()
+    };
     let config = write_config(
         dir,
         &format!("receiver-{}.toml", rand::random::<u32>()),
         &format!(
-            "[source]\nkind = \"otlp\"\n[otlp]\nlisten = \"127.0.0.1:0\"\nport_file = \"{}\"\n{otlp}\n{extra}",
+            "[source]\nkind = \"otlp\"\n[otlp]\nlisten = \"127.0.0.1:0\"\nport_file = \"{}\"\n{grpc_keys}{otlp}\n{extra}",
             port_file.display()
         ),
     );
     let rw = Ragwatch::start(&config, env);
-    let addr = wait_for("the otlp receiver", Duration::from_secs(20), || {
-        std::fs::read_to_string(&port_file).ok()?.parse().ok()
-    });
-    (rw, addr)
+    let read = |path: &Path| {
+        wait_for("the otlp receiver", Duration::from_secs(20), || {
+            std::fs::read_to_string(path).ok()?.parse().ok()
+        })
+    };
+    let addr = read(&port_file);
+    let grpc_addr = grpc.then(|| read(&grpc_port_file));
+    (rw, addr, grpc_addr)
 }
 
 /// Runs tests/otlp_app.py (the instrumented RAG service).
@@ -61,11 +87,12 @@ fn run_app(
     preset: &str,
     n: usize,
     seed: u64,
-    endpoint: Option<SocketAddr>,
+    endpoints: [Option<SocketAddr>; 2],
     batches: &Path,
     json: bool,
     native: &Path,
 ) {
+    let [endpoint, grpc_endpoint] = endpoints;
     let mut cmd = Command::new("python3");
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_app.py"))
         .args([
@@ -85,6 +112,9 @@ fn run_app(
     }
     if let Some(addr) = endpoint {
         cmd.args(["--endpoint", &format!("http://{addr}/v1/traces")]);
+    }
+    if let Some(addr) = grpc_endpoint {
+        cmd.args(["--grpc-endpoint", &addr.to_string()]);
     }
     run_ok(&mut cmd);
 }
@@ -200,10 +230,21 @@ fn same_scores_three_ways(preset: &str, kafka_json: bool) {
     let decode = |format: &str| format!("[decode]\nformat = \"{format}\"\npreset = \"{preset}\"\n");
 
     let (receiver, addr) = start_receiver(dir.path(), "", &decode("otlp_proto"), &[]);
+    // The OTLP/gRPC receiver of a second ragwatch: the app exports every span to both.
+    let (grpc_receiver, _, grpc_addr) =
+        start_receivers(dir.path(), "", &decode("otlp_proto"), &[], true);
     let n = 40;
     let batches = dir.path().join("batches");
     let native = dir.path().join("native.jsonl");
-    run_app(preset, n, 21, Some(addr), &batches, kafka_json, &native);
+    run_app(
+        preset,
+        n,
+        21,
+        [Some(addr), grpc_addr],
+        &batches,
+        kafka_json,
+        &native,
+    );
 
     let messages = read_batches(&batches, kafka_json);
     assert!(messages.len() > n / 3, "several traces per message");
@@ -248,7 +289,11 @@ fn same_scores_three_ways(preset: &str, kafka_json: bool) {
         )
     };
     let native_m = settled(&from_file);
-    for (what, rw) in [("receiver", &receiver), ("kafka", &kafka)] {
+    for (what, rw) in [
+        ("receiver", &receiver),
+        ("grpc receiver", &grpc_receiver),
+        ("kafka", &kafka),
+    ] {
         let m = settled(rw);
         for (stratum, count) in &strata {
             assert_eq!(
@@ -284,8 +329,19 @@ fn same_scores_three_ways(preset: &str, kafka_json: bool) {
         spans_per_trace >= 3.0,
         "{preset}: {spans_per_trace} spans per trace"
     );
-    let m = receiver.metrics().unwrap();
-    assert!(m.sum("ragwatch_otlp_requests_total", &[("outcome", "ok")]) > 1.0);
+    for (protocol, rw) in [("http", &receiver), ("grpc", &grpc_receiver)] {
+        let m = rw.metrics().unwrap();
+        let ok = m.sum(
+            "ragwatch_otlp_requests_total",
+            &[("protocol", protocol), ("outcome", "ok")],
+        );
+        assert!(ok > 1.0, "{preset}: {ok} {protocol} requests ok");
+        assert_eq!(
+            m.sum("ragwatch_otlp_requests_total", &[]),
+            ok,
+            "{preset}: every {protocol} request ok"
+        );
+    }
     // The Kafka consumer commits every message once each trace in it is judged.
     wait_for("kafka lag at zero", Duration::from_secs(30), || {
         let m = kafka.metrics()?;
@@ -810,4 +866,143 @@ fn the_receiver_speaks_otlp_http() {
         1.0
     );
     promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+}
+
+/// Raw gRPC calls through grpcio (tests/otlp_grpc_client.py): `(method, payload, gzip)` in, the
+/// status code name, its details and the answer's bytes out, one per call.
+fn grpc_calls(
+    target: SocketAddr,
+    calls: &[(&str, Vec<u8>, bool)],
+) -> Vec<(String, String, Vec<u8>)> {
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let input: String = calls
+        .iter()
+        .map(|(method, payload, gzip)| {
+            format!(
+                "{}\n",
+                serde_json::json!({"method": method, "payload": hex(payload), "gzip": gzip})
+            )
+        })
+        .collect();
+    let out = pipe(
+        Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_grpc_client.py"))
+            .args(["--target", &target.to_string()]),
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "grpc client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let answer = v["answer"].as_str().unwrap();
+            let bytes = (0..answer.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&answer[i..i + 2], 16).unwrap())
+                .collect();
+            (
+                v["code"].as_str().unwrap().to_owned(),
+                v["details"].as_str().unwrap().to_owned(),
+                bytes,
+            )
+        })
+        .collect()
+}
+
+/// The gRPC receiver as a real grpcio client meets it: Export with and without gzip, an empty
+/// request, spans it cannot keep (partial success), undecodable bytes (INVALID_ARGUMENT, counted as
+/// a rejected trace), a message over the size limit and a gzip bomb (RESOURCE_EXHAUSTED or
+/// OUT_OF_RANGE), a method it does not serve (UNIMPLEMENTED); every call counted by outcome, and
+/// the traces assembled and accounted for.
+#[test]
+fn the_receiver_speaks_otlp_grpc() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+    const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+    let dir = tempfile::tempdir().unwrap();
+    let max = 20_000;
+    let (rw, _, grpc) = start_receivers(
+        dir.path(),
+        &format!("max_body_bytes = {max}"),
+        "[decode]\nformat = \"otlp_proto\"\n",
+        &[],
+        true,
+    );
+    let grpc = grpc.unwrap();
+    let valid = |t: u64| request(rag_spans(t)).encode_to_vec();
+    let mut bad_ids = rag_spans(9);
+    bad_ids[0].trace_id = vec![1];
+    let bomb = vec![b'a'; 10 * max];
+    let calls = [
+        (EXPORT, valid(1), false),
+        (EXPORT, valid(2), true),
+        (EXPORT, Vec::new(), false),
+        (EXPORT, request(bad_ids).encode_to_vec(), false),
+        (EXPORT, b"\xff\xff\xff not protobuf".to_vec(), false),
+        (EXPORT, vec![0u8; 2 * max], false),
+        (EXPORT, bomb, true),
+        (
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            valid(3),
+            false,
+        ),
+    ];
+    let answers = grpc_calls(grpc, &calls);
+    let codes: Vec<&str> = answers.iter().map(|a| a.0.as_str()).collect();
+    assert_eq!(&codes[..4], ["OK"; 4], "{answers:?}");
+    assert_eq!(codes[4], "INVALID_ARGUMENT", "{answers:?}");
+    for (i, code) in codes.iter().enumerate().skip(5).take(2) {
+        assert!(
+            ["RESOURCE_EXHAUSTED", "OUT_OF_RANGE"].contains(code),
+            "call {i}: {code} {answers:?}"
+        );
+    }
+    assert_eq!(codes[7], "UNIMPLEMENTED", "{answers:?}");
+    for (code, _, answer) in &answers[..3] {
+        assert_eq!(code, "OK");
+        let answer = ExportTraceServiceResponse::decode(&answer[..]).unwrap();
+        assert!(answer.partial_success.is_none(), "{answer:?}");
+    }
+    let partial = ExportTraceServiceResponse::decode(&answers[3].2[..])
+        .unwrap()
+        .partial_success
+        .expect("a partial success for the span with a one-byte trace id");
+    assert_eq!(partial.rejected_spans, 1, "{partial:?}");
+
+    // Traces 1 and 2 are judged; trace 9, without its retriever span, is received and unjudged.
+    let m = wait_for("three traces received", Duration::from_secs(30), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_traces_received_total", &[]) == 3.0).then_some(m)
+    });
+    assert_eq!(
+        m.sum(
+            "ragwatch_traces_unjudged_total",
+            &[("reason", "no_retrieval")]
+        ),
+        1.0
+    );
+    let outcome = |o: &str| {
+        m.sum(
+            "ragwatch_otlp_requests_total",
+            &[("protocol", "grpc"), ("outcome", o)],
+        )
+    };
+    assert_eq!(outcome("ok"), 3.0);
+    assert_eq!(outcome("partial"), 1.0);
+    assert_eq!(outcome("bad_request"), 1.0);
+    assert_eq!(outcome("too_large"), 2.0);
+    assert_eq!(outcome("unsupported"), 1.0);
+    assert_eq!(
+        m.sum("ragwatch_otlp_requests_total", &[("protocol", "http")]),
+        0.0
+    );
+    assert_eq!(m.sum("ragwatch_traces_rejected_total", &[]), 1.0);
+    assert_eq!(
+        m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
+        2.0
+    );
 }

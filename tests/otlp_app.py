@@ -15,14 +15,16 @@ local stand-in server and traced by a real instrumentor:
                  (opentelemetry-instrumentation-openai-v2 2.4b0 imports a module that
                  opentelemetry-util-genai 1.3b0 no longer has.)
 
-Spans go out through the real OTLP/HTTP exporter (--endpoint, BatchSpanProcessor) and/or to
+Spans go out through the real OTLP/HTTP exporter (--endpoint, BatchSpanProcessor), the real
+OTLP/gRPC exporter (--grpc-endpoint HOST:PORT, gzip) and/or to
 --batches: the same spans serialized as ExportTraceServiceRequest messages, --batch-size spans per
 message, so a message holds several traces and a trace's spans sit in several messages, as the
 Collector's Kafka exporter writes them (otlp_proto: each message a big-endian u32 length then the
 bytes; --json: OTLP JSON, one request per line). --native writes the same traces in ragwatch's own
 schema, for comparison.
 
-usage: otlp_app.py --preset P --n N [--seed S] [--endpoint URL] [--batches FILE [--json]]
+usage: otlp_app.py --preset P --n N [--seed S] [--endpoint URL] [--grpc-endpoint HOST:PORT]
+                   [--batches FILE [--json]]
                    [--batch-size K] [--native FILE] [--strata a,b]
 """
 import argparse
@@ -121,6 +123,7 @@ def main():
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--strata", default="head,tail,known_failure,out_of_scope,mystery")
     ap.add_argument("--endpoint")
+    ap.add_argument("--grpc-endpoint")
     ap.add_argument("--batches")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--batch-size", type=int, default=7)
@@ -145,6 +148,15 @@ def main():
         provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=a.endpoint), max_export_batch_size=a.batch_size,
             schedule_delay_millis=100))
+    if a.grpc_endpoint:
+        # The OTLP/gRPC exporter, gzip-compressed as the Collector's otlp exporter sends by default.
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import \
+            OTLPSpanExporter as GrpcSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc.exporter import Compression
+        provider.add_span_processor(BatchSpanProcessor(
+            GrpcSpanExporter(endpoint=a.grpc_endpoint, insecure=True,
+                             compression=Compression.Gzip),
+            max_export_batch_size=a.batch_size, schedule_delay_millis=100))
     if a.batches:
         provider.add_span_processor(SimpleSpanProcessor(Batches(a.batches, a.batch_size, a.json)))
     trace.set_tracer_provider(provider)

@@ -38,11 +38,13 @@ if ! python3 -c "import moto.server, flask" 2>/dev/null; then
   echo "installing moto[server] (PyPI)"
   python3 -m pip install -q "moto[server]"
 fi
-# The OTLP tests' instrumented RAG service: the OpenTelemetry SDK and OTLP/HTTP exporter, the
-# OpenInference and OpenLLMetry instrumentors around the openai client, the GenAI helpers.
-if ! python3 -c "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, openinference.instrumentation.openai, openinference.semconv, opentelemetry.instrumentation.openai, opentelemetry.util.genai.handler, openai" 2>/dev/null; then
-  echo "installing the OpenTelemetry SDK, exporter and instrumentors (PyPI)"
+# The OTLP tests' instrumented RAG service: the OpenTelemetry SDK and its OTLP/HTTP and OTLP/gRPC
+# exporters (grpcio, also the raw gRPC client), the OpenInference and OpenLLMetry instrumentors
+# around the openai client, the GenAI helpers.
+if ! python3 -c "import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http, opentelemetry.exporter.otlp.proto.grpc.trace_exporter, grpc, openinference.instrumentation.openai, openinference.semconv, opentelemetry.instrumentation.openai, opentelemetry.util.genai.handler, openai" 2>/dev/null; then
+  echo "installing the OpenTelemetry SDK, exporters and instrumentors (PyPI)"
   python3 -m pip install -q opentelemetry-sdk opentelemetry-exporter-otlp-proto-http \
+    opentelemetry-exporter-otlp-proto-grpc \
     openinference-instrumentation-openai openinference-semantic-conventions \
     opentelemetry-instrumentation-openai opentelemetry-util-genai openai
 fi

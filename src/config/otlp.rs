@@ -105,6 +105,13 @@ pub struct OtlpConfig {
     /// Write the bound address here once listening (used by tests and scripts).
     #[serde(default)]
     pub port_file: Option<PathBuf>,
+    /// Listen address of the OTLP/gRPC `TraceService/Export` (the Collector's `otlp` exporter;
+    /// 4317 by convention); absent: no gRPC receiver. Same limits, queue and accounting as HTTP.
+    #[serde(default)]
+    pub grpc_listen: Option<String>,
+    /// Write the gRPC receiver's bound address here once listening.
+    #[serde(default)]
+    pub grpc_port_file: Option<PathBuf>,
     /// Largest request body accepted, after gzip decompression; larger ones get 413.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,

@@ -9,6 +9,7 @@ mod file;
 mod kafka;
 mod offsets;
 mod otlp;
+mod otlp_grpc;
 mod spans;
 
 pub use file::{FileSource, read_frame_bounded, read_line_bounded};

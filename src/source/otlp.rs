@@ -31,6 +31,7 @@ use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::otlp_grpc::GrpcReceiver;
 use super::{Ingest, SourceError, SpanIngest};
 use crate::clock::now_ms;
 use crate::config::{OtlpConfig, TraceFormat};
@@ -38,7 +39,7 @@ use crate::metrics::Metrics;
 use crate::trace::otlp::{AddStats, decode_request};
 
 /// A decoded request on its way to span assembly, and where to say what became of it.
-struct Job {
+pub(super) struct Job {
     request: ExportTraceServiceRequest,
     reply: oneshot::Sender<AddStats>,
 }
@@ -99,17 +100,29 @@ async fn run_otlp_source(
     metrics: Arc<Metrics>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
-    let listen_error = |e| SourceError::Listen(config.listen.clone(), e);
-    let std_listener = std::net::TcpListener::bind(&config.listen).map_err(listen_error)?;
-    std_listener.set_nonblocking(true).map_err(listen_error)?;
-    let addr = std_listener.local_addr().map_err(listen_error)?;
-    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(listen_error)?;
-    if let Some(path) = &config.port_file
-        && let Err(e) = std::fs::write(path, addr.to_string())
-    {
-        tracing::warn!(error = %e, path = %path.display(), "cannot write otlp port file");
-    }
+    let (listener, addr) = bind(&config.listen, config.port_file.as_deref())?;
+    let grpc_listener = match &config.grpc_listen {
+        Some(listen) => Some(bind(listen, config.grpc_port_file.as_deref())?),
+        None => None,
+    };
     let (jobs_tx, mut jobs_rx) = mpsc::channel(config.queue_capacity);
+    let server_stop = CancellationToken::new();
+    let grpc_server = grpc_listener.map(|(listener, addr)| {
+        let receiver = GrpcReceiver {
+            jobs_tx: jobs_tx.clone(),
+            metrics: metrics.clone(),
+            max_body_bytes: config.max_body_bytes,
+            max_spans: max_spans_per_message,
+        };
+        let stop = server_stop.clone();
+        tracing::info!(%addr, "otlp/grpc receiver listening");
+        tokio::spawn(async move {
+            let stopped = async move { stop.cancelled().await };
+            if let Err(e) = receiver.serve(listener, stopped).await {
+                tracing::error!(error = %e, "otlp/grpc receiver failed");
+            }
+        })
+    });
     let state = Receiver {
         jobs_tx,
         metrics,
@@ -120,7 +133,6 @@ async fn run_otlp_source(
     let app = Router::new()
         .route("/v1/traces", post(export))
         .with_state(state);
-    let server_stop = CancellationToken::new();
     let server = {
         let server_stop = server_stop.clone();
         tokio::spawn(async move {
@@ -156,6 +168,9 @@ async fn run_otlp_source(
     drop(jobs_rx);
     server_stop.cancel();
     let _ = server.await;
+    if let Some(grpc_server) = grpc_server {
+        let _ = grpc_server.await;
+    }
     ingest.close_queue();
     tracing::info!(
         requests = taken,
@@ -165,9 +180,32 @@ async fn run_otlp_source(
     Ok(taken)
 }
 
+/// Binds `listen` (port 0 picks one) and writes the bound address to `port_file`.
+fn bind(
+    listen: &str,
+    port_file: Option<&std::path::Path>,
+) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), SourceError> {
+    let listen_error = |e| SourceError::Listen(listen.to_owned(), e);
+    let std_listener = std::net::TcpListener::bind(listen).map_err(listen_error)?;
+    std_listener.set_nonblocking(true).map_err(listen_error)?;
+    let addr = std_listener.local_addr().map_err(listen_error)?;
+    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(listen_error)?;
+    if let Some(path) = port_file
+        && let Err(e) = std::fs::write(path, addr.to_string())
+    {
+        tracing::warn!(error = %e, path = %path.display(), "cannot write otlp port file");
+    }
+    Ok((listener, addr))
+}
+
 async fn export(State(r): State<Receiver>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let outcome = |o: &str| r.metrics.otlp_requests.with_label_values(&[o]).inc();
+    let outcome = |o: &str| {
+        r.metrics
+            .otlp_requests
+            .with_label_values(&["http", o])
+            .inc()
+    };
     let Some(format) = content_format(&parts.headers) else {
         outcome("unsupported");
         return error(
@@ -232,38 +270,23 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
             }
         }
     };
-    let (reply, answer) = oneshot::channel();
-    match r.jobs_tx.try_send(Job { request, reply }) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => {
+    let stats = match submit(&r.jobs_tx, request).await {
+        Ok(stats) => stats,
+        Err(NotTaken::Full) => {
             outcome("throttled");
             return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
         }
-        Err(mpsc::error::TrySendError::Closed(_)) => {
+        Err(NotTaken::Closed) => {
             outcome("unavailable");
             return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
         }
-    }
-    let Ok(stats) = answer.await else {
-        outcome("unavailable");
-        return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
     };
-    let rejected = stats.dropped_total();
-    let partial_success = (rejected > 0).then(|| {
-        outcome("partial");
-        let [invalid, late, too_many] = stats.dropped;
-        ExportTracePartialSuccess {
-            rejected_spans: rejected as i64,
-            error_message: format!(
-                "{rejected} of {} spans not kept: {invalid} with invalid ids, {late} of traces \
-                 already complete, {too_many} over their trace's span limit",
-                stats.spans
-            ),
-        }
+    let partial_success = partial_success(&stats);
+    outcome(if partial_success.is_some() {
+        "partial"
+    } else {
+        "ok"
     });
-    if partial_success.is_none() {
-        outcome("ok");
-    }
     let body = ExportTraceServiceResponse { partial_success };
     match format {
         TraceFormat::OtlpJson => (
@@ -277,6 +300,45 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
         )
             .into_response(),
     }
+}
+
+/// Why a decoded request was not taken into span assembly.
+pub(super) enum NotTaken {
+    /// The queue is full: the exporter should retry later.
+    Full,
+    /// The receiver is shutting down.
+    Closed,
+}
+
+/// Hands a decoded request to the task that owns span assembly and waits for what became of its
+/// spans. Never waits for queue room: a full queue is an answer the exporter retries on.
+pub(super) async fn submit(
+    jobs_tx: &mpsc::Sender<Job>,
+    request: ExportTraceServiceRequest,
+) -> Result<AddStats, NotTaken> {
+    let (reply, answer) = oneshot::channel();
+    match jobs_tx.try_send(Job { request, reply }) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => return Err(NotTaken::Full),
+        Err(mpsc::error::TrySendError::Closed(_)) => return Err(NotTaken::Closed),
+    }
+    answer.await.map_err(|_| NotTaken::Closed)
+}
+
+/// The `partialSuccess` of an answer: the spans not kept and why; `None` when all were kept.
+pub(super) fn partial_success(stats: &AddStats) -> Option<ExportTracePartialSuccess> {
+    let rejected = stats.dropped_total();
+    (rejected > 0).then(|| {
+        let [invalid, late, too_many] = stats.dropped;
+        ExportTracePartialSuccess {
+            rejected_spans: rejected as i64,
+            error_message: format!(
+                "{rejected} of {} spans not kept: {invalid} with invalid ids, {late} of traces \
+                 already complete, {too_many} over their trace's span limit",
+                stats.spans
+            ),
+        }
+    })
 }
 
 fn content_format(headers: &HeaderMap) -> Option<TraceFormat> {
@@ -386,8 +448,18 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
         let m = &r.metrics;
-        assert_eq!(m.otlp_requests.with_label_values(&["throttled"]).get(), 1);
-        assert_eq!(m.otlp_requests.with_label_values(&["unavailable"]).get(), 1);
+        assert_eq!(
+            m.otlp_requests
+                .with_label_values(&["http", "throttled"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            m.otlp_requests
+                .with_label_values(&["http", "unavailable"])
+                .get(),
+            1
+        );
     }
 
     #[tokio::test]

@@ -1,0 +1,242 @@
+//! The OTLP/gRPC receiver (`otlp.grpc_listen`, 4317 by convention): the unary
+//! `opentelemetry.proto.collector.trace.v1.TraceService/Export` that the OpenTelemetry Collector's
+//! `otlp` exporter and the SDKs' gRPC exporters call, gzip-compressed or not.
+//!
+//! It shares everything past the wire with the OTLP/HTTP receiver: the message arrives as raw
+//! bytes (a codec of its own, so tonic never decodes it) and goes through the same
+//! `decode_request` (span count checked before decoding, rejections counted by reason), the same
+//! bounded queue to span assembly, and the same answer (`partialSuccess` for spans not kept).
+//! Every request is counted in `ragwatch_otlp_requests_total{protocol="grpc"}`, those tonic turns
+//! away before the handler too (over the size limit, an unknown compression, a broken frame).
+//! Status codes follow the OTLP specification: a full queue or a receiver shutting down is
+//! UNAVAILABLE, which exporters retry; an undecodable message is INVALID_ARGUMENT, which they do not.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+use tokio::sync::mpsc;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::server::{Grpc, UnaryService};
+use tonic::{Code, Status};
+
+use super::otlp::{Job, NotTaken, partial_success, submit};
+use crate::config::TraceFormat;
+use crate::metrics::Metrics;
+use crate::trace::otlp::decode_request;
+
+/// The gRPC path of the one method served.
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// What the gRPC handlers share.
+#[derive(Clone)]
+pub(super) struct GrpcReceiver {
+    pub(super) jobs_tx: mpsc::Sender<Job>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) max_body_bytes: usize,
+    pub(super) max_spans: usize,
+}
+
+impl GrpcReceiver {
+    fn outcome(&self, outcome: &str) {
+        self.metrics
+            .otlp_requests
+            .with_label_values(&["grpc", outcome])
+            .inc();
+    }
+
+    /// Serves `TraceService` on `listener` until `stop` resolves.
+    pub(super) async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        stop: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let incoming = tokio_stream_of(listener);
+        // Every path reaches the service, so a call of another method is counted too.
+        let routes =
+            tonic::service::Routes::from(axum::Router::new().fallback_service(TraceService(self)));
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await
+    }
+}
+
+/// Accepted connections as the stream tonic serves from.
+fn tokio_stream_of(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(listener, |listener| async move {
+        let conn = listener.accept().await.map(|(stream, _)| {
+            let _ = stream.set_nodelay(true);
+            stream
+        });
+        Some((conn, listener))
+    })
+}
+
+/// The message as bytes in, the answer as protobuf out.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = ExportTraceServiceResponse;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = ExportTraceServiceResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding the answer: {e}")))
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// The service every call reaches: one unary method, everything else UNIMPLEMENTED.
+#[derive(Clone)]
+struct TraceService(GrpcReceiver);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<B> tower::Service<http::Request<B>> for TraceService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let receiver = self.0.clone();
+        if request.uri().path() != EXPORT_PATH {
+            receiver.outcome("unsupported");
+            let status = Status::unimplemented(format!(
+                "{} is not served here (only {EXPORT_PATH})",
+                request.uri().path()
+            ));
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
+        Box::pin(async move {
+            let reached = Arc::new(AtomicBool::new(false));
+            let mut grpc = Grpc::new(RawCodec)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(receiver.max_body_bytes);
+            let export = Export {
+                receiver: receiver.clone(),
+                reached: reached.clone(),
+            };
+            let response = grpc.unary(export, request).await;
+            if !reached.load(Ordering::SeqCst) {
+                // Tonic answered before the handler ran: count why.
+                receiver.outcome(match grpc_status(&response) {
+                    Some(Code::OutOfRange | Code::ResourceExhausted) => "too_large",
+                    Some(Code::Unimplemented) => "unsupported",
+                    _ => "bad_request",
+                });
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// The `grpc-status` of an answer tonic built without a body (a header-only error).
+fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<Code> {
+    let v = response.headers().get("grpc-status")?.to_str().ok()?;
+    Some(Code::from_i32(v.parse().ok()?))
+}
+
+/// One Export call.
+struct Export {
+    receiver: GrpcReceiver,
+    reached: Arc<AtomicBool>,
+}
+
+impl UnaryService<Bytes> for Export {
+    type Response = ExportTraceServiceResponse;
+    type Future = BoxFuture<Result<tonic::Response<ExportTraceServiceResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        self.reached.store(true, Ordering::SeqCst);
+        let r = self.receiver.clone();
+        Box::pin(async move {
+            let bytes = request.into_inner();
+            let request = if bytes.is_empty() {
+                ExportTraceServiceRequest::default()
+            } else {
+                match decode_request(
+                    &bytes,
+                    TraceFormat::OtlpProto,
+                    r.max_body_bytes,
+                    r.max_spans,
+                ) {
+                    Ok(request) => request,
+                    Err(e) => {
+                        crate::events::trace_rejected(&r.metrics, &e, "otlp/grpc");
+                        r.outcome("bad_request");
+                        return Err(Status::invalid_argument(e.to_string()));
+                    }
+                }
+            };
+            match submit(&r.jobs_tx, request).await {
+                Ok(stats) => {
+                    let partial_success = partial_success(&stats);
+                    r.outcome(if partial_success.is_some() {
+                        "partial"
+                    } else {
+                        "ok"
+                    });
+                    Ok(tonic::Response::new(ExportTraceServiceResponse {
+                        partial_success,
+                    }))
+                }
+                Err(NotTaken::Full) => {
+                    r.outcome("throttled");
+                    Err(Status::unavailable(
+                        "ragwatch's span assembly queue is full; retry later",
+                    ))
+                }
+                Err(NotTaken::Closed) => {
+                    r.outcome("unavailable");
+                    Err(Status::unavailable(
+                        "ragwatch is shutting down; retry later",
+                    ))
+                }
+            }
+        })
+    }
+}
