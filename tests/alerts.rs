@@ -244,7 +244,7 @@ struct Data {
 
 impl Data {
     fn load() -> Option<Data> {
-        let path = repo().join("../shared/data/ragtruth_qa_train.jsonl");
+        let path = labelled_data("ragtruth_qa_train.jsonl")?;
         let text = std::fs::read_to_string(path).ok()?;
         let (mut faithful, mut unfaithful) = (Vec::new(), Vec::new());
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -474,8 +474,9 @@ fn dashboard_query(expr: &str, variables: &[String]) -> String {
 // noise), so that young baseline's own noise does not flip the stable stratum.
 fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet() {
     let Some(data) = Data::load() else {
-        eprintln!(
-            "../shared/data/ragtruth_qa_train.jsonl is not beside the checkout: skipping the alert chain test"
+        not_run(
+            "tests/alerts.rs, the alert chain",
+            "no labelled data (ragtruth_qa_train.jsonl in $RAGWATCH_DATA or ../shared/data)",
         );
         return;
     };

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use biased_judge::{Bias, BiasedJudge};
-use common::run_ok;
+use common::{labelled_data, not_run, run_ok};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
@@ -233,9 +233,13 @@ fn an_order_biased_judge_shows_the_flips() {
 /// the human labels with 10 % disagreement and random scores (so re-judging alone moves them).
 #[test]
 fn the_development_set_audit() {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/ragtruth_qa_train.jsonl");
-    let Ok(text) = std::fs::read_to_string(&data) else {
-        eprintln!("../shared/data is not beside the checkout: skipping");
+    let Some((data, text)) = labelled_data("ragtruth_qa_train.jsonl")
+        .and_then(|p| std::fs::read_to_string(&p).ok().map(|t| (p, t)))
+    else {
+        not_run(
+            "tests/audit.rs, the development set audit",
+            "no labelled data (ragtruth_qa_train.jsonl in $RAGWATCH_DATA or ../shared/data)",
+        );
         return;
     };
     let labels: Vec<(String, bool)> = text

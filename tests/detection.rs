@@ -11,9 +11,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 
+use common::{labelled_data, not_run};
 use ragwatch::config::Config;
 use ragwatch::judge::{Citations, JudgeKind, Metric, PerMetric, Verdict};
 use ragwatch::pipeline::{JudgeJob, Pipeline};
@@ -34,7 +37,7 @@ struct Data {
 }
 
 fn data() -> Option<Data> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/ragtruth_qa_train.jsonl");
+    let path = labelled_data("ragtruth_qa_train.jsonl")?;
     let text = std::fs::read_to_string(&path).ok()?;
     let (mut faithful, mut unfaithful) = (Vec::new(), Vec::new());
     for line in text.lines() {
@@ -237,7 +240,10 @@ fn simulate(
 
 fn check(file: &str) {
     let Some(data) = data() else {
-        eprintln!("../shared/data is not beside the checkout: skipping");
+        not_run(
+            &format!("tests/detection.rs, detection on {file}"),
+            "no labelled data (ragtruth_qa_train.jsonl in $RAGWATCH_DATA or ../shared/data)",
+        );
         return;
     };
     // Phase 1 fills the baseline window.

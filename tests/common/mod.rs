@@ -571,3 +571,35 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), rand::random::<u32>())
 }
 pub mod openai;
+
+/// A file of the labelled development data: in `$RAGWATCH_DATA`, else in `../shared/data` beside
+/// the checkout. `None` when it is not there (the caller then reports itself with [`not_run`]).
+pub fn labelled_data(file: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("RAGWATCH_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+    let path = dir.join(file);
+    path.is_file().then_some(path)
+}
+
+/// A test that cannot run here says so where it will be read: on stderr, and as a line in the file
+/// `$RAGWATCH_NOT_RUN` names, which `tests/run.sh` prints at the end of the run. With
+/// `RAGWATCH_REQUIRE_DATA` set it fails instead.
+pub fn not_run(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("RAGWATCH_REQUIRE_DATA").is_none(),
+        "{test}: {why} (RAGWATCH_REQUIRE_DATA is set)"
+    );
+    eprintln!("NOT RUN: {test}: {why}");
+    if let Some(list) = std::env::var_os("RAGWATCH_NOT_RUN") {
+        let line = format!("{test}: {why}\n");
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(list)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("cannot list {test} as not run: {e}");
+        }
+    }
+}
