@@ -1374,7 +1374,7 @@ fn substitute(expr: &str) -> String {
 }
 
 /// The judge-change annotation: a judge identity new in a namespace that had ragwatch running,
-/// never a restart with the same judge nor a first start. (`changes(ragwatch_build_info[..])` would
+/// never a restart with the same judge nor a first start. (`changes(ragwatch_judge_info[..])` would
 /// never fire: the gauge is always 1; a judge change is a new series.) Evaluated by promtool.
 #[test]
 fn the_judge_change_annotation_fires_on_a_judge_change_only() {
@@ -1387,9 +1387,7 @@ fn the_judge_change_annotation_fires_on_a_judge_change_only() {
         .unwrap();
     let expr = substitute(annotation["expr"].as_str().unwrap());
     let info = |pod: &str, judge: &str| {
-        format!(
-            "ragwatch_build_info{{namespace=\"ns\", pod=\"{pod}\", version=\"0.1.0\", judge_model=\"{judge}\"}}"
-        )
+        format!("ragwatch_judge_info{{namespace=\"ns\", pod=\"{pod}\", model=\"{judge}\"}}")
     };
     let test = format!(
         "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: '{}'\n        values: '1x20'\n      - series: '{}'\n        values: '_x21 1x20'\n      - series: '{}'\n        values: '_x42 1x20'\n    promql_expr_test:\n{}",
@@ -1399,7 +1397,7 @@ fn the_judge_change_annotation_fires_on_a_judge_change_only() {
         [
             (2, ""),
             (23, ""),
-            (44, "{namespace=\"ns\", judge_model=\"m2\"}"),
+            (44, "{namespace=\"ns\", model=\"m2\"}"),
             (52, ""),
         ]
         .iter()
