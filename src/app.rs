@@ -81,7 +81,7 @@ pub async fn run(
         SampledJudge::Llm => {
             let judge = Arc::new(LlmJudge::try_new(&config, &env, shared.metrics.clone())?);
             // `structured_output = "auto"`: ask the server before the first trace, so the judge
-            // identity on ragwatch_build_info is the settled one from the first scrape on.
+            // identity on ragwatch_judge_info is the settled one from the first scrape on.
             judge.resolve_structured_output().await;
             budget = Some(Arc::clone(judge.budget()));
             judges.push(JudgeKind::Llm);

@@ -159,8 +159,10 @@ pub struct Metrics {
     pub kafka_session_timeout: Gauge,
     /// Seconds since the source last delivered a message.
     pub source_idle_seconds: Gauge,
-    /// Build and judge identity; value 1.
+    /// Build identity (the version); value 1.
     pub build_info: IntGaugeVec,
+    /// Judge identity (the model string that names everything that changes a verdict); value 1.
+    pub judge_info: IntGaugeVec,
     /// Messages the source delivered, accounted or not yet.
     pub source_messages: IntCounter,
     /// OTLP spans received.
@@ -619,8 +621,14 @@ impl Metrics {
             build_info: int_gauge(
                 &r,
                 "ragwatch_build_info",
-                "Build and judge identity; a judge change is a metric reset.",
-                &["version", "judge_model"],
+                "Build identity: the version of ragwatch; value 1.",
+                &["version"],
+            ),
+            judge_info: int_gauge(
+                &r,
+                "ragwatch_judge_info",
+                "Judge identity in force (offline model version; LLM chat and embedding models, prompt version, faithfulness form, context verdicts, structured-output mode); value 1. A judge change is a metric reset.",
+                &["model"],
             ),
             source_messages: single(
                 &r,
@@ -681,8 +689,16 @@ impl Metrics {
             series: strata.iter().map(|_| StratumSeries::default()).collect(),
         };
         m.build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), judge_model])
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        m.judge_info.with_label_values(&[judge_model]).set(1);
+        // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds... from /proc.
+        #[cfg(target_os = "linux")]
+        if let Err(e) = m.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        )) {
+            tracing::warn!(error = %e, "cannot register the process metrics");
+        }
         m.budget_share.set(1.0);
         for outcome in JudgeOutcome::ALL {
             m.judge_requests.with_label_values(&["llm", outcome.name()]);
@@ -1009,7 +1025,7 @@ impl LlmObserver for Metrics {
     fn hide_identity(&self, identity: &str) -> Vec<IdentitySeries> {
         use prometheus::core::Collector;
         let mut found = Vec::new();
-        for family in self.build_info.collect() {
+        for family in self.judge_info.collect() {
             for m in family.get_metric() {
                 let label = |name: &str| {
                     m.get_label()
@@ -1019,26 +1035,21 @@ impl LlmObserver for Metrics {
                         .unwrap_or_default()
                 };
                 let series = IdentitySeries {
-                    version: label("version"),
-                    judge_model: label("judge_model"),
+                    model: label("model"),
                 };
-                if series.judge_model.contains(identity) {
+                if series.model.contains(identity) {
                     found.push(series);
                 }
             }
         }
         for series in &found {
-            let _ = self
-                .build_info
-                .remove_label_values(&[&series.version, &series.judge_model]);
+            let _ = self.judge_info.remove_label_values(&[&series.model]);
         }
         found
     }
 
     fn show_identity(&self, series: &IdentitySeries) {
-        self.build_info
-            .with_label_values(&[&series.version, &series.judge_model])
-            .set(1);
+        self.judge_info.with_label_values(&[&series.model]).set(1);
     }
 
     fn canary_agreement(&self, agreement: f64) {

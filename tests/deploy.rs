@@ -10,6 +10,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "common/manifests.rs"]
+mod manifests;
 #[path = "common/prometheus.rs"]
 mod prometheus;
 
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use common::openai::FakeOpenAi;
 use common::{Ragwatch, gen_traces, http_post, pipe, run_ok, wait_for};
+use manifests::validate;
 use prometheus::{query, shorten_windows, start_prometheus};
 use serde_json::{Value, json};
 
@@ -242,119 +245,8 @@ fn render_with_monitoring(overlay: &str, extra: &str) -> String {
     kustomize(dir.path())
 }
 
-fn validate(name: &str, rendered: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rendered.yaml");
-    std::fs::write(&file, rendered).unwrap();
-    let out = Command::new("kubernetes-validate")
-        .arg("--strict")
-        .arg(&file)
-        .output()
-        .expect("kubernetes-validate (pip) is installed by tests/run.sh");
-    let report =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name}: {report}");
-    assert!(
-        report.matches("passed for resource").count() >= 2,
-        "{name}: {report}"
-    );
-}
-
-/// Reads rendered manifests on stdin; prints what the tests assert on. The ragwatch container is
-/// checked against the Kubernetes restricted profile on its own: the pod's settings never count.
-const CHECK: &str = r#"
-import json, re, sys, tomllib, yaml
-docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
-problems = []
-def bytes_of(q):
-    m = re.fullmatch(r'(\d+)(Ki|Mi|Gi|K|M|G)?', str(q))
-    mult = {None: 1, 'Ki': 1024, 'Mi': 1024**2, 'Gi': 1024**3, 'K': 1000, 'M': 1000**2, 'G': 1000**3}
-    return int(m.group(1)) * mult[m.group(2)]
-configmaps = {d['metadata']['name']: d for d in docs if d['kind'] == 'ConfigMap'}
-workloads = []
-for d in docs:
-    if d['kind'] != 'Deployment':
-        continue
-    spec = d['spec']['template']['spec']
-    rw = [c for c in spec.get('containers', []) + spec.get('initContainers', []) if c['name'] == 'ragwatch']
-    if len(rw) != 1: problems.append('one ragwatch container'); continue
-    c = rw[0]
-    sc = c.get('securityContext', {})
-    if sc.get('runAsNonRoot') is not True: problems.append('container runAsNonRoot')
-    if sc.get('runAsUser', 1) == 0: problems.append('container runAsUser 0')
-    if sc.get('seccompProfile', {}).get('type') != 'RuntimeDefault': problems.append('container seccomp')
-    if sc.get('allowPrivilegeEscalation') is not False: problems.append('privilege escalation')
-    if sc.get('privileged'): problems.append('privileged')
-    if sc.get('readOnlyRootFilesystem') is not True: problems.append('read-only root')
-    if sc.get('capabilities', {}).get('drop') != ['ALL']: problems.append('capabilities drop')
-    if sc.get('capabilities', {}).get('add'): problems.append('capabilities add')
-    if any('hostPort' in p for p in c.get('ports', [])): problems.append('hostPort')
-    if c.get('livenessProbe', {}).get('httpGet', {}).get('path') != '/livez': problems.append('livenessProbe')
-    others = [x for x in spec.get('containers', []) if x['name'] != 'ragwatch']
-    if others:
-        # A sidecar: the pod's readiness is the application's, its first container stays first.
-        if 'readinessProbe' in c: problems.append('a readiness probe on the sidecar')
-        if spec['containers'][0]['name'] == 'ragwatch': problems.append('ragwatch is the first container')
-        default = d['spec']['template']['metadata'].get('annotations', {}).get('kubectl.kubernetes.io/default-container')
-        if default != spec['containers'][0]['name']: problems.append(f'default-container {default}')
-    elif c.get('readinessProbe', {}).get('httpGet', {}).get('path') != '/readyz': problems.append('readinessProbe')
-    if spec.get('terminationGracePeriodSeconds', 30) <= 20: problems.append('grace period')
-    if 'initContainers' in spec and c in spec['initContainers'] and c.get('restartPolicy') != 'Always':
-        problems.append('native sidecar restartPolicy')
-    mounts = {m['name']: m['mountPath'] for m in c.get('volumeMounts', [])}
-    volumes = {v['name']: v for v in spec.get('volumes', []) if v['name'] in mounts}
-    if '/tmp' not in mounts.values(): problems.append('tmp emptyDir')
-    for name, v in volumes.items():
-        if not ({'configMap', 'secret', 'emptyDir'} & v.keys()): problems.append('volume type ' + name)
-    config_volumes = [v for v in volumes.values() if 'configMap' in v and mounts[v['name']] == '/etc/ragwatch']
-    if len(config_volumes) != 1: problems.append('config volume'); continue
-    cm_name = config_volumes[0]['configMap']['name']
-    if not cm_name.startswith('ragwatch-config-') or cm_name not in configmaps:
-        problems.append('config from a generated (hash-named) ConfigMap: ' + cm_name); continue
-    config = tomllib.loads(configmaps[cm_name]['data']['ragwatch.toml'])
-    if config.get('log', {}).get('format') != 'json': problems.append('json logs')
-    llm = config.get('llm', {})
-    cap = llm.get('records_max_bytes', 64 << 20) * (llm.get('records_keep_files', 3) + 1)
-    records_dir = llm['records_path'].rsplit('/', 1)[0]
-    records = [v for v in volumes.values() if mounts[v['name']] == records_dir]
-    if len(records) != 1 or 'emptyDir' not in records[0]: problems.append('records emptyDir'); continue
-    limit = bytes_of(records[0]['emptyDir'].get('sizeLimit', 0))
-    if limit <= cap: problems.append(f'records emptyDir {limit} <= records cap {cap}')
-    workloads.append({'name': d['metadata']['name'], 'labels': d['spec']['template']['metadata'].get('labels', {}),
-                      'pod_security_context': spec.get('securityContext'),
-                      'containers': [x['name'] for x in spec.get('containers', [])],
-                      'grace': spec.get('terminationGracePeriodSeconds'),
-                      'selector': d['spec']['selector'],
-                      'volumes': [v['name'] for v in spec.get('volumes', [])]})
-dashboards = [d for d in docs if d['kind'] == 'ConfigMap' and 'ragwatch.json' in d.get('data', {})]
-for dash in dashboards:
-    if dash['metadata'].get('labels', {}).get('grafana_dashboard') != '1': problems.append('dashboard configmap label')
-json.dump({
-    'kinds': sorted(d['kind'] for d in docs),
-    'problems': problems,
-    'workloads': workloads,
-    'secrets': [d['metadata']['name'] for d in docs if d['kind'] == 'Secret'],
-    'release': {d['kind']: d['metadata'].get('labels', {}).get('release') for d in docs
-                if d['apiVersion'].startswith('monitoring.coreos.com/')},
-    'pdbs': [d['spec'] for d in docs if d['kind'] == 'PodDisruptionBudget'],
-    'dashboards': [json.loads(d['data']['ragwatch.json'])['uid'] for d in dashboards],
-}, sys.stdout)
-"#;
-
 fn check(name: &str, rendered: &str) -> Value {
-    let out = pipe(Command::new("python3").arg("-c").arg(CHECK), rendered);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["problems"], json!([]), "{name}: {v}");
-    assert!(
-        !v["workloads"].as_array().unwrap().is_empty(),
-        "{name}: no ragwatch workload"
-    );
-    v
+    manifests::check(name, rendered, None)
 }
 
 fn has_kind(v: &Value, kind: &str) -> bool {
@@ -541,8 +433,36 @@ fn the_runbook_address_is_one_setting() {
         shipped.len()
     );
     let dash: Value = serde_json::from_str(&dash).unwrap();
-    let links = dash.to_string().matches(&format!("{mine}#")).count();
-    assert!(links >= 10, "{links} dashboard links moved");
+    assert_eq!(runbook_variable(&dash), mine);
+}
+
+/// The dashboard's hidden constant variable `runbook`: the runbook's address, the one place the
+/// dashboard names it.
+fn runbook_variable(dash: &Value) -> &str {
+    let found: Vec<&Value> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["name"] == "runbook")
+        .collect();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["type"], "constant");
+    assert_eq!(found[0]["hide"], 2, "hidden");
+    found[0]["query"].as_str().unwrap()
+}
+
+/// The dashboard names the runbook's address once, in its `runbook` variable, and every runbook
+/// link is that variable and an anchor: no literal runbook address in a link.
+#[test]
+fn the_dashboard_names_the_runbook_address_once() {
+    let text =
+        std::fs::read_to_string(root().join("deploy/grafana/ragwatch-dashboard.json")).unwrap();
+    assert_eq!(text.matches(RUNBOOK).count(), 1);
+    assert!(!text.contains("runbook.md#"), "a literal runbook link");
+    let d = dashboard();
+    assert_eq!(runbook_variable(&d), RUNBOOK);
+    let links = text.matches("\"url\": \"${runbook}#").count();
+    assert!(links >= 15, "{links} runbook links");
 }
 
 /// The example overlay has everything, and its generated Secret can never overwrite the real one.
@@ -1431,7 +1351,9 @@ fn dashboard_links_to_runbook_anchors_that_exist() {
             urls.push(l["url"].as_str().unwrap().to_owned());
         }
     }
+    let runbook = runbook_variable(&d).to_owned();
     for url in urls {
+        let url = url.replace("${runbook}", &runbook);
         let (_, target) = url
             .split_once("/blob/main/")
             .unwrap_or_else(|| panic!("{url} is not a link into the repository"));
@@ -1454,7 +1376,7 @@ fn substitute(expr: &str) -> String {
 }
 
 /// The judge-change annotation: a judge identity new in a namespace that had ragwatch running,
-/// never a restart with the same judge nor a first start. (`changes(ragwatch_build_info[..])` would
+/// never a restart with the same judge nor a first start. (`changes(ragwatch_judge_info[..])` would
 /// never fire: the gauge is always 1; a judge change is a new series.) Evaluated by promtool.
 #[test]
 fn the_judge_change_annotation_fires_on_a_judge_change_only() {
@@ -1467,9 +1389,7 @@ fn the_judge_change_annotation_fires_on_a_judge_change_only() {
         .unwrap();
     let expr = substitute(annotation["expr"].as_str().unwrap());
     let info = |pod: &str, judge: &str| {
-        format!(
-            "ragwatch_build_info{{namespace=\"ns\", pod=\"{pod}\", version=\"0.1.0\", judge_model=\"{judge}\"}}"
-        )
+        format!("ragwatch_judge_info{{namespace=\"ns\", pod=\"{pod}\", model=\"{judge}\"}}")
     };
     let test = format!(
         "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      - series: '{}'\n        values: '1x20'\n      - series: '{}'\n        values: '_x21 1x20'\n      - series: '{}'\n        values: '_x42 1x20'\n    promql_expr_test:\n{}",
@@ -1479,7 +1399,7 @@ fn the_judge_change_annotation_fires_on_a_judge_change_only() {
         [
             (2, ""),
             (23, ""),
-            (44, "{namespace=\"ns\", judge_model=\"m2\"}"),
+            (44, "{namespace=\"ns\", model=\"m2\"}"),
             (52, ""),
         ]
         .iter()

@@ -466,16 +466,20 @@ fn declared_families() -> BTreeSet<String> {
         .collect()
 }
 
-/// The families documented in docs/metrics.md's tables, with their type.
+/// The families documented in docs/metrics.md's tables (`ragwatch_*` and `process_*`), with their type.
 fn documented_families() -> BTreeMap<String, String> {
     let page = read(&root().join("docs/metrics.md"));
     let mut out = BTreeMap::new();
     for (n, line) in prose(&page) {
-        let Some(rest) = line.strip_prefix("| `ragwatch_") else {
+        // ragwatch's own families and the standard process ones.
+        let Some(rest) = line.strip_prefix("| `") else {
             continue;
         };
+        if !(rest.starts_with("ragwatch_") || rest.starts_with("process_")) {
+            continue;
+        }
         let cells: Vec<&str> = rest.split('|').map(str::trim).collect();
-        let name = format!("ragwatch_{}", cells[0].trim_end_matches('`'));
+        let name = cells[0].trim_end_matches('`').to_owned();
         let kind = cells.get(1).copied().unwrap_or("").to_owned();
         assert!(
             ["counter", "gauge", "histogram"].contains(&kind.as_str()),

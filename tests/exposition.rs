@@ -124,6 +124,56 @@ fn both_formats_pass_their_parsers_with_the_same_series_and_openmetrics_carries_
     promtool_check_metrics(text["body"].as_str().unwrap()).unwrap();
     let body = om["body"].as_str().unwrap();
     assert!(body.ends_with("# EOF\n"));
+    // The build and the judge are two families: a new image with the same judge is no judge change.
+    let text_body = text["body"].as_str().unwrap();
+    let build: Vec<&str> = text_body
+        .lines()
+        .filter(|l| l.starts_with("ragwatch_build_info{"))
+        .collect();
+    assert_eq!(
+        build,
+        [format!(
+            "ragwatch_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )]
+    );
+    let judge: Vec<&str> = text_body
+        .lines()
+        .filter(|l| l.starts_with("ragwatch_judge_info{"))
+        .collect();
+    assert_eq!(judge.len(), 1, "{judge:?}");
+    assert!(
+        judge[0].starts_with("ragwatch_judge_info{model=\"offline-"),
+        "{judge:?}"
+    );
+    assert!(judge[0].ends_with("\"} 1"), "{judge:?}");
+    // The process families, read from /proc, in both formats.
+    for family in ["text", "om"] {
+        let scrape = if family == "text" { &text } else { &om };
+        // The parser read the sample; its value from the body (the parsed samples carry none).
+        let value = |name: &str| -> f64 {
+            assert!(
+                scrape["samples"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s[0] == name),
+                "{family}: no {name}"
+            );
+            let body = scrape["body"].as_str().unwrap();
+            let line = body
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap();
+            line.split(' ').nth(1).unwrap().parse().unwrap()
+        };
+        assert!(value("process_resident_memory_bytes") > 1e6, "{family}");
+        // Whole seconds: the client library's resolution.
+        assert!(value("process_cpu_seconds_total") >= 0.0, "{family}");
+        assert!(value("process_open_fds") >= 3.0, "{family}");
+        assert!(value("process_start_time_seconds") > 1.7e9, "{family}");
+    }
+    assert!(body.contains("# TYPE process_cpu_seconds counter\n"));
     // Counters keep `_total` on their samples; the family is announced without it.
     assert!(body.contains("# TYPE ragwatch_traces_received counter\n"));
     assert!(body.contains("\nragwatch_traces_received_total{stratum=\"head\"} "));

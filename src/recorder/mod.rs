@@ -245,7 +245,7 @@ impl Shared {
     }
 }
 
-/// The identity of the judges in use, for `ragwatch_build_info{judge_model}`.
+/// The identity of the judges in use, for `ragwatch_judge_info{model}`.
 pub fn judge_model(config: &Config) -> String {
     let offline = OfflineJudge::default();
     let version = offline.model().report["version"]

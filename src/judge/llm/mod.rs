@@ -136,7 +136,7 @@ pub struct LlmJudge {
     /// Replay's calls queue here for the budget, first come first served.
     admission: tokio::sync::Mutex<()>,
     mode: ModeState,
-    /// The identity published in `ragwatch_build_info` and on every verdict.
+    /// The identity published in `ragwatch_judge_info` and on every verdict.
     identity: Mutex<String>,
     /// Dimension of the first embeddings seen (0 before): a change is an error, not a cosine.
     dimension: AtomicUsize,
@@ -273,7 +273,7 @@ impl LlmJudge {
         })
     }
 
-    /// The judge identity as configured, recorded in `ragwatch_build_info` and on every verdict:
+    /// The judge identity as configured, recorded in `ragwatch_judge_info` and on every verdict:
     /// everything that changes a verdict (models, prompt version, faithfulness form, context
     /// verdicts on or off, structured-output mode), so a change of any of them shows as a judge
     /// change. With `structured_output = "auto"` it says `auto` until
@@ -314,7 +314,7 @@ impl LlmJudge {
     /// judged: one tiny request per mode (under the budget) until the server answers one; a 400
     /// or 422 naming `response_format` moves to the next. The choice is logged, exported in
     /// `ragwatch_judge_structured_output_info` and becomes part of the identity, which replaces
-    /// the configured one in `ragwatch_build_info` (the `auto` series is withdrawn first, so it is
+    /// the configured one in `ragwatch_judge_info` (the `auto` series is withdrawn first, so it is
     /// never scraped beside the real one). When the server cannot be reached, the identity stays
     /// `.../auto` for this process and the first calls that get through settle the mode.
     pub async fn resolve_structured_output(&self) -> StructuredOutput {
@@ -387,8 +387,7 @@ impl LlmJudge {
         *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity.clone();
         for series in withdrawn {
             self.observer.show_identity(&IdentitySeries {
-                judge_model: series.judge_model.replace(&placeholder, &identity),
-                ..series
+                model: series.model.replace(&placeholder, &identity),
             });
         }
         self.mode.current()

@@ -5,13 +5,11 @@
 use super::client::Usage;
 use crate::config::StructuredOutput;
 
-/// One `ragwatch_build_info` series that names a judge identity.
+/// One `ragwatch_judge_info` series: a judge identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentitySeries {
-    /// The `version` label.
-    pub version: String,
-    /// The `judge_model` label.
-    pub judge_model: String,
+    /// The `model` label.
+    pub model: String,
 }
 
 /// The LLM judge's reports, one method per fact.
@@ -26,10 +24,10 @@ pub trait LlmObserver: Send + Sync + std::fmt::Debug {
     fn record_not_published(&self);
     /// The structured-output mode now in use.
     fn structured_output(&self, mode: StructuredOutput);
-    /// Withdraws the build-info series naming `identity` (a placeholder while `auto` is settled, so
+    /// Withdraws the judge-info series naming `identity` (a placeholder while `auto` is settled, so
     /// it is never scraped beside the settled identity); returns them.
     fn hide_identity(&self, identity: &str) -> Vec<IdentitySeries>;
-    /// Publishes a build-info series.
+    /// Publishes a judge-info series.
     fn show_identity(&self, series: &IdentitySeries);
     /// The share of canaries the judge got right.
     fn canary_agreement(&self, agreement: f64);

@@ -1,0 +1,63 @@
+{{/* The chart's name, for app.kubernetes.io/name. */}}
+{{- define "ragwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of every object: the release name, with the chart name appended unless the release
+name already holds it (release "ragwatch" gives "ragwatch", "payments" gives "payments-ragwatch").
+*/}}
+{{- define "ragwatch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* What selects this release's pods, and only them: the name and the instance. */}}
+{{- define "ragwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ragwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "ragwatch.labels" -}}
+{{ include "ragwatch.selectorLabels" . }}
+app.kubernetes.io/part-of: ragwatch
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of the Prometheus Operator's objects: the above and the `release` its Prometheus selects. */}}
+{{- define "ragwatch.operatorLabels" -}}
+{{ include "ragwatch.labels" . }}
+{{- with .Values.prometheusRelease }}
+release: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap holding ragwatch.toml. */}}
+{{- define "ragwatch.configMapName" -}}
+{{- default (printf "%s-config" (include "ragwatch.fullname" .)) .Values.config.existingConfigMap }}
+{{- end }}
+
+{{/* The config the chart ships: the inline one, or the kustomize base's. */}}
+{{- define "ragwatch.config" -}}
+{{- if .Values.config.toml }}
+{{- .Values.config.toml }}
+{{- else }}
+{{- .Files.Get "files/ragwatch.toml" }}
+{{- end }}
+{{- end }}
+
+{{/* The default runbook base, as written in the rules and the dashboard the chart reads. */}}
+{{- define "ragwatch.shippedRunbookBase" -}}
+https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md
+{{- end }}
