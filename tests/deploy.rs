@@ -543,19 +543,27 @@ fn the_runbook_address_is_one_setting() {
     assert!(links >= 10, "{links} dashboard links moved");
 }
 
-/// The example overlay has everything, and its generated Secret can never overwrite the real one.
+/// The example overlay has everything, and its generated Secrets (the judge key, the write tokens)
+/// can never overwrite the real ones.
 #[test]
 fn the_example_overlay_generates_a_secret_under_a_hashed_name() {
     let rendered = render("example");
     validate("example", &rendered);
     let v = check("example", &rendered);
-    let secrets = v["secrets"].as_array().unwrap();
-    assert_eq!(secrets.len(), 1);
-    let name = secrets[0].as_str().unwrap();
-    assert!(
-        name.starts_with("ragwatch-secrets-") && name.len() > "ragwatch-secrets-".len(),
-        "{name}"
-    );
+    let mut secrets: Vec<&str> = v["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    secrets.sort();
+    assert_eq!(secrets.len(), 2, "{secrets:?}");
+    for (name, real) in secrets
+        .iter()
+        .zip(["ragwatch-secrets-", "ragwatch-write-tokens-"])
+    {
+        assert!(name.starts_with(real) && name.len() > real.len(), "{name}");
+    }
     for kind in [
         "PodMonitor",
         "PrometheusRule",
@@ -1568,7 +1576,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         .collect();
     let labelling = Arc::new(AtomicBool::new(true));
     let reviewer = {
-        let (labelling, addr) = (Arc::clone(&labelling), rw.addr);
+        let (labelling, addr) = (Arc::clone(&labelling), rw.write_addr());
         std::thread::spawn(move || {
             while labelling.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));

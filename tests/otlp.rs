@@ -40,19 +40,13 @@ fn start_receiver(
     extra: &str,
     env: &[(&str, String)],
 ) -> (Ragwatch, SocketAddr) {
-    let port_file = dir.join(format!("otlp-{}", rand::random::<u32>()));
     let config = write_config(
         dir,
         &format!("receiver-{}.toml", rand::random::<u32>()),
-        &format!(
-            "[source]\nkind = \"otlp\"\n[otlp]\nlisten = \"127.0.0.1:0\"\nport_file = \"{}\"\n{otlp}\n{extra}",
-            port_file.display()
-        ),
+        &format!("[source]\nkind = \"otlp\"\n[otlp]\n{otlp}\n{extra}"),
     );
     let rw = Ragwatch::start(&config, env);
-    let addr = wait_for("the otlp receiver", Duration::from_secs(20), || {
-        std::fs::read_to_string(&port_file).ok()?.parse().ok()
-    });
+    let addr = rw.write_addr();
     (rw, addr)
 }
 
@@ -84,7 +78,8 @@ fn run_app(
         cmd.arg("--json");
     }
     if let Some(addr) = endpoint {
-        cmd.args(["--endpoint", &format!("http://{addr}/v1/traces")]);
+        cmd.args(["--endpoint", &format!("http://{addr}/v1/traces")])
+            .env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", otel_auth_header());
     }
     run_ok(&mut cmd);
 }
@@ -643,7 +638,8 @@ fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut head = format!(
-        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\
+         Authorization: Bearer {WRITE_TOKEN}\r\n",
         body.len()
     );
     for (k, v) in headers {

@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 mod drift;
 mod kafka;
 mod otlp;
+mod write;
 
 pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
 pub use otlp::{AssemblyConfig, OtlpConfig, Preset, TraceFormat};
+pub use write::{ClientAuth, RateLimitConfig, WriteAuthConfig, WriteConfig, WriteTlsConfig};
 
 /// Why a configuration could not be loaded. Each variant names the offending field or file.
 #[derive(Debug, thiserror::Error)]
@@ -91,22 +93,25 @@ pub struct Config {
     /// The LLM judge's budget for the whole fleet.
     #[serde(default)]
     pub budget: BudgetConfig,
-    /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`).
+    /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`): read-only.
     #[serde(default)]
     pub http: HttpConfig,
+    /// The write listener (`POST /v1/traces`, `POST /v1/labels`): credentials, TLS, rate limit.
+    #[serde(default)]
+    pub write: WriteConfig,
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
     /// Log output.
     #[serde(default)]
     pub log: LogConfig,
-    /// Human labels joined to recent traces (`POST /v1/labels` on the admin server).
+    /// Human labels joined to recent traces (`POST /v1/labels` on the write listener).
     #[serde(default)]
     pub labels: LabelsConfig,
     /// Span assembly, for the OTLP formats.
     #[serde(default)]
     pub assembly: AssemblyConfig,
-    /// The OTLP/HTTP receiver, used when `source.kind = "otlp"`.
+    /// The OTLP/HTTP receiver's limits, used when `source.kind = "otlp"` (its address: `[write]`).
     #[serde(default)]
     pub otlp: OtlpConfig,
     /// The judge audit's live part: model families, for the self-preference count.
@@ -664,7 +669,7 @@ pub struct WindowsConfig {
     pub z: f64,
 }
 
-/// The admin HTTP server.
+/// The admin HTTP server: read-only (metrics and probes); writes go to `[write]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
@@ -986,6 +991,7 @@ impl Config {
             );
         }
         self.validate_otlp(&mut p);
+        self.validate_write(&mut p);
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }
