@@ -208,3 +208,184 @@ fn no_credentials_no_write_listener() {
         "{err}"
     );
 }
+
+// ------------------------------------------------------------------------------------------- TLS
+
+/// A CA made for one test run.
+struct Ca {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        Ca {
+            issuer: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A certificate for `names` signed by this CA: (certificate PEM, key PEM).
+    fn issue(&self, names: &[&str], client: bool) -> (String, String) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+fn client(trust: &Ca, identity: Option<&(String, String)>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(trust.pem().as_bytes()).unwrap()])
+        .timeout(Duration::from_secs(10));
+    if let Some((cert, key)) = identity {
+        let pem = format!("{cert}{key}");
+        b = b.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// The labels endpoint over TLS with a real TLS client (reqwest on rustls) and certificates made
+/// here: the server is verified against the test's CA; no token is 401, a wrong one 401, a valid
+/// one 200; a client certificate of the trusted CA is a credential of its own (200 without a
+/// token); one of another CA, and plain HTTP, fail the handshake (counted). A new certificate
+/// written over the files is served without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_tokens_and_client_certificates_reloaded_on_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, other_ca) = (Ca::new("ragwatch test CA"), Ca::new("someone else's CA"));
+    let server = ca.issue(&["localhost", "127.0.0.1"], false);
+    let writer = ca.issue(&["label-tool"], true);
+    let stranger = other_ca.issue(&["label-tool"], true);
+    let (cert, key, client_ca) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("ca.crt"),
+    );
+    std::fs::write(&cert, &server.0).unwrap();
+    std::fs::write(&key, &server.1).unwrap();
+    std::fs::write(&client_ca, ca.pem()).unwrap();
+    let rw = Ragwatch::start(
+        &root().join("config/ragwatch.toml"),
+        &[
+            ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
+            ("RAGWATCH__SOURCE__LOOP", "false".into()),
+            ("RAGWATCH__LABELS__ENABLED", "true".into()),
+            (
+                "RAGWATCH__WRITE__TLS__CERT_FILE",
+                cert.display().to_string(),
+            ),
+            ("RAGWATCH__WRITE__TLS__KEY_FILE", key.display().to_string()),
+            (
+                "RAGWATCH__WRITE__TLS__CLIENT_CA_FILE",
+                client_ca.display().to_string(),
+            ),
+            ("RAGWATCH__WRITE__TLS__RELOAD_INTERVAL_SECS", "1".into()),
+        ],
+    );
+    let url = format!("https://localhost:{}/v1/labels", rw.write_addr().port());
+    let body = label(&sample_ids(1)[0]);
+    let post = |c: &reqwest::Client, token: Option<&str>| {
+        let mut r = c.post(&url).body(body.clone());
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let plain = client(&ca, None);
+    assert_eq!(post(&plain, None).await.unwrap().status(), 401);
+    assert_eq!(post(&plain, Some("guessed")).await.unwrap().status(), 401);
+    assert_eq!(post(&plain, Some(WRITE_TOKEN)).await.unwrap().status(), 200);
+    let mutual = client(&ca, Some(&writer));
+    assert_eq!(post(&mutual, None).await.unwrap().status(), 200);
+    // A certificate and a wrong token: the token is still checked.
+    assert_eq!(post(&mutual, Some("guessed")).await.unwrap().status(), 401);
+    let foreign = client(&ca, Some(&stranger));
+    assert!(
+        post(&foreign, None).await.is_err(),
+        "a certificate of another CA"
+    );
+    let http = format!("http://127.0.0.1:{}/v1/labels", rw.write_addr().port());
+    let cleartext = reqwest::Client::new()
+        .post(&http)
+        .bearer_auth(WRITE_TOKEN)
+        .body(body.clone())
+        .send()
+        .await;
+    assert!(
+        cleartext.map_or(true, |r| r.status() != 200),
+        "plain HTTP on the TLS port"
+    );
+    let m = rw.metrics().unwrap();
+    assert_eq!(
+        m.sum(
+            "ragwatch_write_refused_total",
+            &[("reason", "missing_credentials")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.sum(
+            "ragwatch_write_refused_total",
+            &[("reason", "unknown_token")]
+        ),
+        2.0
+    );
+    assert!(m.sum("ragwatch_write_tls_handshake_failures_total", &[]) >= 2.0);
+    assert_eq!(
+        m.sum("ragwatch_labels_total", &[("outcome", "joined")]),
+        2.0
+    );
+
+    // A new CA's certificate over the same files (as cert-manager renews it): served without a
+    // restart; a client that trusts only the old CA now refuses the server.
+    let renewed_ca = Ca::new("ragwatch test CA, renewed");
+    let renewed = renewed_ca.issue(&["localhost"], false);
+    std::fs::write(&key, &renewed.1).unwrap();
+    std::fs::write(&cert, &renewed.0).unwrap();
+    let reloaded = |m: &Samples| {
+        m.sum(
+            "ragwatch_write_reloads_total",
+            &[("file", "tls"), ("outcome", "ok")],
+        )
+    };
+    for _ in 0..100 {
+        if reloaded(&rw.metrics().unwrap()) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded(&rw.metrics().unwrap()) >= 1.0);
+    let renewed_client = client(&renewed_ca, None);
+    assert_eq!(
+        post(&renewed_client, Some(WRITE_TOKEN))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert!(
+        post(&plain, Some(WRITE_TOKEN)).await.is_err(),
+        "the old CA no longer verifies it"
+    );
+    promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+}
