@@ -181,6 +181,8 @@ pub struct Metrics {
     pub write_reloads: IntCounterVec,
     /// Bearer tokens the write listener accepts now.
     pub write_tokens: IntGauge,
+    /// Matches replaced by redaction before the LLM judge, by pattern.
+    pub redactions: IntCounterVec,
     /// TLS handshakes on the write listener that failed or timed out.
     pub write_tls_handshake_failures: IntCounter,
     /// The latest trace id per bucket of the score and judge-latency histograms.
@@ -686,6 +688,12 @@ impl Metrics {
                     "Bearer tokens the write listener accepts now (from the environment and the tokens file).",
                 )),
             ),
+            redactions: counter(
+                &r,
+                "ragwatch_redactions_total",
+                "Matches replaced (masked or hashed) in the question, contexts and answer of traces sent to the LLM judge, by pattern (built-in: email, phone, card, secret, ip; or redact.patterns names).",
+                &["pattern"],
+            ),
             write_tls_handshake_failures: single(
                 &r,
                 IntCounter::with_opts(Opts::new(
@@ -997,6 +1005,12 @@ impl Metrics {
 
 /// The LLM judge's reports, as counters and gauges.
 impl LlmObserver for Metrics {
+    fn redacted(&self, pattern: &str, matches: u64) {
+        self.redactions
+            .with_label_values(&[pattern])
+            .inc_by(matches);
+    }
+
     fn spent(&self, usage: &Usage, retries: &[&'static str]) {
         self.judge_tokens
             .with_label_values(&["llm", "prompt"])

@@ -391,3 +391,49 @@ async fn tls_with_tokens_and_client_certificates_reloaded_on_change() {
     );
     promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
 }
+
+// ------------------------------------------------------------------------------------ rate limit
+
+/// Each client gets `burst` requests at once and `requests_per_sec` after: beyond, 429 with
+/// `Retry-After`, counted, whatever the credentials (guessing tokens is slowed down too).
+#[test]
+fn a_client_over_its_rate_is_told_to_retry_later_and_counted() {
+    let rw = Ragwatch::start(
+        &root().join("config/ragwatch.toml"),
+        &[
+            ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
+            ("RAGWATCH__SOURCE__LOOP", "false".into()),
+            ("RAGWATCH__LABELS__ENABLED", "true".into()),
+            ("RAGWATCH__WRITE__RATE_LIMIT__REQUESTS_PER_SEC", "1".into()),
+            ("RAGWATCH__WRITE__RATE_LIMIT__BURST", "3".into()),
+        ],
+    );
+    let w = rw.write_addr();
+    let body = label(&sample_ids(1)[0]);
+    let codes: Vec<u16> = (0..8)
+        .map(|i| {
+            http_post_as(
+                w,
+                "/v1/labels",
+                &body,
+                Some(if i % 2 == 0 { WRITE_TOKEN } else { "guess" }),
+            )
+            .0
+        })
+        .collect();
+    assert_eq!(&codes[..3], [200, 401, 200], "{codes:?}");
+    assert!(codes[3..].iter().all(|&c| c == 429), "{codes:?}");
+    let raw = raw_post(
+        w,
+        "/v1/labels",
+        &body,
+        &format!("Authorization: Bearer {WRITE_TOKEN}\r\n"),
+    );
+    assert!(raw.starts_with("HTTP/1.1 429"), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("retry-after: 1"), "{raw}");
+    assert_eq!(refused(&rw, "labels", "rate_limited"), 6.0);
+    assert_eq!(refused(&rw, "labels", "unknown_token"), 1.0);
+    // A second later the client has a request again.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(http_post(w, "/v1/labels", &body).0, 200);
+}

@@ -117,6 +117,50 @@ pub struct Config {
     /// The judge audit's live part: model families, for the self-preference count.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// What is replaced in a trace's texts before they leave the process or are written.
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+/// How a redacted match is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedactMode {
+    /// `[REDACTED:<pattern>]`.
+    Mask,
+    /// `[<pattern>:<12 hex>]`, a keyed hash: the same text gives the same token.
+    Hash,
+}
+
+/// A pattern of the config's own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactPattern {
+    /// The label value of its count (lowercase letters, digits, `_`).
+    pub name: String,
+    /// The regex (Rust `regex` syntax).
+    pub regex: String,
+}
+
+/// Redaction of question, contexts and answer before the LLM judge's API and the verdict records
+/// (the offline judge reads the original in memory).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Built-in patterns on: `email`, `phone`, `card` (Luhn-checked), `secret` (API keys, tokens,
+    /// private keys), `ip` (IPv4, IPv6). `[]` turns them all off.
+    #[serde(default = "default_redact_builtins")]
+    pub builtins: Vec<String>,
+    /// Patterns of your own, each with a name.
+    #[serde(default)]
+    pub patterns: Vec<RedactPattern>,
+    /// `mask` or `hash`.
+    #[serde(default = "default_redact_mode")]
+    pub mode: RedactMode,
+    /// The environment variable holding the key of `hash` (share it across replicas for tokens
+    /// that match fleet-wide; without it, a random key per process).
+    #[serde(default = "default_redact_hash_key_env")]
+    pub hash_key_env: String,
 }
 
 /// Model families: a judge may prefer answers of its own family (self-preference), so LLM verdicts
@@ -894,6 +938,15 @@ fn default_log_format() -> LogFormat {
 fn default_records_max_bytes() -> u64 {
     64 << 20
 }
+fn default_redact_builtins() -> Vec<String> {
+    vec!["card".into(), "secret".into()]
+}
+fn default_redact_mode() -> RedactMode {
+    RedactMode::Mask
+}
+fn default_redact_hash_key_env() -> String {
+    "RAGWATCH_REDACT_HASH_KEY".into()
+}
 fn default_records_keep_files() -> u32 {
     3
 }
@@ -922,7 +975,8 @@ default_from_serde!(
     HttpConfig,
     ShutdownConfig,
     LogConfig,
-    LabelsConfig
+    LabelsConfig,
+    RedactConfig
 );
 
 /// The prefix of environment overrides.
@@ -992,10 +1046,41 @@ impl Config {
         }
         self.validate_otlp(&mut p);
         self.validate_write(&mut p);
+        self.validate_redact(&mut p);
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }
         p.into_result()
+    }
+
+    fn validate_redact(&self, p: &mut Problems) {
+        let r = &self.redact;
+        let builtins = ["email", "phone", "card", "secret", "ip"];
+        for b in &r.builtins {
+            if !builtins.contains(&b.as_str()) {
+                p.add(
+                    "redact.builtins",
+                    format!("unknown pattern {b:?} (email, phone, card, secret, ip)"),
+                );
+            }
+        }
+        let mut seen: Vec<&str> = r.builtins.iter().map(String::as_str).collect();
+        for pat in &r.patterns {
+            let field = format!("redact.patterns.{}", pat.name);
+            if !valid_label(&pat.name) {
+                p.add(
+                    &field,
+                    "name: lowercase letters, digits and _ (a label value)",
+                );
+            }
+            if seen.contains(&pat.name.as_str()) || builtins.contains(&pat.name.as_str()) {
+                p.add(&field, "name taken (by a built-in or another pattern)");
+            }
+            seen.push(&pat.name);
+            if let Err(e) = regex::Regex::new(&pat.regex) {
+                p.add(&field, e.to_string());
+            }
+        }
     }
 
     fn validate_source(&self, p: &mut Problems) {

@@ -1,6 +1,7 @@
 //! The write listener (`[write]`): `POST /v1/traces` (the OTLP/HTTP receiver, `source.kind =
 //! "otlp"`) and `POST /v1/labels` (`labels.enabled`), on a port of their own, apart from the
-//! read-only admin port. Every request passes the guard first: the per-client rate limit, then
+//! read-only admin port. Every request passes the guard first: the per-client rate limit (keyed by
+//! peer IP address; 429 with `Retry-After` over it), then
 //! the credentials (a bearer token with the endpoint's scope, or a verified client certificate).
 //! Refusals are counted by endpoint and reason on `ragwatch_write_refused_total` and logged
 //! (rate-limited) with the reason and the peer address, never with a token.
@@ -85,7 +86,55 @@ pub struct WriteRoutes {
 #[derive(Debug, Clone)]
 struct Guard {
     credentials: Arc<Credentials>,
+    limiter: Option<Arc<ClientLimiter>>,
     metrics: Arc<Metrics>,
+}
+
+/// Whose requests a rate-limit bucket counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Client {
+    Ip(IpAddr),
+    /// Every client seen while `max_clients` are tracked already: one shared bucket, so memory
+    /// stays bounded and a flood of addresses is still limited.
+    Overflow,
+}
+
+/// The per-client rate limit (GCRA, governor), keyed by peer IP address.
+#[derive(Debug)]
+struct ClientLimiter {
+    limiter: governor::DefaultKeyedRateLimiter<Client>,
+    max_clients: usize,
+}
+
+impl ClientLimiter {
+    fn new(config: &crate::config::RateLimitConfig) -> Option<ClientLimiter> {
+        let rate = std::num::NonZeroU32::new(config.requests_per_sec)?;
+        let burst = std::num::NonZeroU32::new(config.burst).unwrap_or(rate);
+        let quota = governor::Quota::per_second(rate).allow_burst(burst);
+        Some(ClientLimiter {
+            limiter: governor::RateLimiter::keyed(quota),
+            max_clients: config.max_clients,
+        })
+    }
+
+    /// `Err(wait)` when `ip` is over its rate.
+    fn check(&self, ip: IpAddr) -> Result<(), Duration> {
+        use governor::clock::Clock;
+        let key = if self.limiter.len() >= self.max_clients {
+            Client::Overflow
+        } else {
+            Client::Ip(ip)
+        };
+        self.limiter
+            .check_key(&key)
+            .map_err(|not| not.wait_time_from(self.limiter.clock().now()))
+    }
+
+    /// Forgets clients whose buckets are full again (as good as new).
+    fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
 }
 
 /// The tokens in force and where they come from.
@@ -192,8 +241,10 @@ pub fn spawn(
         tracing::warn!(listen = %w.listen, "the write listener takes writes without credentials (write.auth.allow_unauthenticated)");
     }
     metrics.write_tokens.set(tokens.len() as i64);
+    let limiter = ClientLimiter::new(&w.rate_limit).map(Arc::new);
     let guard = Guard {
         credentials: Arc::clone(&credentials),
+        limiter: limiter.clone(),
         metrics: Arc::clone(&metrics),
     };
     let mut app = Router::new();
@@ -280,6 +331,17 @@ async fn check(
     next: Next,
 ) -> Response {
     let peer = request.extensions().get::<Peer>().copied();
+    // The rate limit first: a client guessing tokens is slowed down like any other.
+    if let (Some(limiter), Some(p)) = (&g.limiter, peer)
+        && let Err(wait) = limiter.check(p.ip)
+    {
+        let mut response = refuse(&g.metrics, endpoint, Refusal::RateLimited, peer);
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(secs.max(1)));
+        return response;
+    }
     if !g.credentials.allow_unauthenticated {
         let authorization = request
             .headers()
@@ -351,6 +413,7 @@ async fn labels(State(recorder): State<Shared>, body: Bytes) -> impl IntoRespons
 async fn watch_files(
     credentials: Arc<Credentials>,
     tls: Option<Arc<ReloadingTls>>,
+    limiter: Option<Arc<ClientLimiter>>,
     metrics: Arc<Metrics>,
     every: Duration,
     stop: CancellationToken,
@@ -362,6 +425,9 @@ async fn watch_files(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        if let Some(l) = &limiter {
+            l.forget_idle();
         }
         match credentials.reload() {
             None => {}
