@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, SampledJudge, SourceKind};
+use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
 use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge};
@@ -33,6 +34,9 @@ pub enum RunError {
     /// The admin server could not bind.
     #[error("cannot listen on {0}: {1}")]
     Listen(String, #[source] std::io::Error),
+    /// The write listener could not start.
+    #[error(transparent)]
+    Write(#[from] crate::http::write::WriteError),
     /// The source failed.
     #[error(transparent)]
     Source(#[from] SourceError),
@@ -60,7 +64,6 @@ pub async fn run(
     let admin = AdminState {
         metrics: Arc::clone(&shared.metrics),
         ready: Arc::clone(&ready),
-        recorder: Some(shared.clone()),
     };
     let (addr, server) = http::spawn(&config.http.listen, admin, server_stop.clone())
         .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
@@ -143,18 +146,36 @@ pub async fn run(
     let labels_stop = stop.child_token();
     let label_source = spawn_label_source(&config, &env, &shared, &labels_stop);
 
+    // The write listener: the OTLP receiver's route (whose requests the source below takes) and
+    // the labels endpoint, each when on. It stops when the source ends.
+    let (traces, otlp) = if config.source.kind == SourceKind::Otlp {
+        let (routes, receiver) = OtlpReceiver::routes(
+            &config.otlp,
+            config.assembly.max_spans_per_message,
+            Arc::clone(&shared.metrics),
+        );
+        (Some(routes), Some(receiver))
+    } else {
+        (None, None)
+    };
+    let write = if config.write_listener_needed() {
+        let routes = WriteRoutes {
+            traces,
+            labels: config.labels.enabled.then(|| shared.clone()),
+        };
+        let server = http::write::spawn(&config, &env, routes, Arc::clone(&shared.metrics))?;
+        Some(server)
+    } else {
+        None
+    };
+
     let pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
     ready.store(true, Ordering::Relaxed);
     tracing::info!(source = ?config.source.kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
     // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
-    let result = match (config.source.kind, config.decode.format.is_otlp()) {
-        (SourceKind::Otlp, _) => {
-            let receiver = OtlpReceiver {
-                config: &config.otlp,
-                max_spans_per_message: config.assembly.max_spans_per_message,
-                metrics: Arc::clone(&shared.metrics),
-            };
+    let result = match (otlp, config.decode.format.is_otlp()) {
+        (Some(receiver), _) => {
             let mut spans = SpanIngest::new(&config, pipeline);
             receiver.run(&mut spans, &stop).await.map(|_| ())
         }
@@ -168,6 +189,9 @@ pub async fn run(
         }
     };
     ready.store(false, Ordering::Relaxed);
+    if let Some(write) = write {
+        write.shutdown().await;
+    }
     labels_stop.cancel();
     // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
     let mut failed: Option<RunError> = None;

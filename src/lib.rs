@@ -8,12 +8,14 @@
 //!       ├─ trace::otlp              OTLP spans → assembled Traces (source::SpanIngest joins offsets)
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`
-//!               └─ judge::OfflineJudge   every trace, inline, microseconds
+//!               └─ judge::OfflineJudge   every trace, inline, microseconds, on the original text
 //!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
+//!                          (redact::Redactor before the LLM judge's API and its verdict records)
 //! recorder::run_evaluator           window gauges, combined estimate, drift flags, every second
-//! http                              /metrics, /livez, /readyz, POST /v1/labels
+//! http                              /metrics, /livez, /readyz (read-only); http::write: POST /v1/traces,
+//!                                   POST /v1/labels behind tokens, TLS and a per-client rate limit
 //! source::run_label_source          labels topic ─┐
 //!                                                 └─ recorder::Feedback: join to recent traces,
 //!                                                    agreement, score buckets for the label AUROC
@@ -30,7 +32,7 @@
 //! metrics                              every metric name, on one registry
 //! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
-//! trace                                the trace model and its decoder; OTLP span assembly
+//! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
 //! config                               TOML, overrides, validate()
 //! labels, clock                        metric/judge/stratum labels; the wall clock
 //! ```
@@ -48,6 +50,8 @@
 //!   (metric, judge).
 //! - [`trace`]: the trace model (its metadata kept as checked JSON text until a field is read), its
 //!   decoder with limits and reject reasons, OTLP span assembly.
+//! - [`redact`]: e-mail, phone, card (Luhn), secret and IP patterns and the config's own, masked
+//!   or hashed in the texts the LLM judge is sent and the verdict records hold.
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`audit`]: the judge audit: agreement (AUROC, Cohen's kappa) with bootstrap intervals, length
 //!   correlation overall and within each label class, position bias.
@@ -84,6 +88,7 @@ pub mod labels;
 pub mod metrics;
 pub mod pipeline;
 pub mod recorder;
+pub mod redact;
 pub mod replay;
 pub mod sample;
 pub mod source;

@@ -177,6 +177,16 @@ pub struct Metrics {
     pub traces_unjudged: IntCounterVec,
     /// OTLP/HTTP export requests, by outcome.
     pub otlp_requests: IntCounterVec,
+    /// Writes refused on the write listener, by endpoint and reason.
+    pub write_refused: IntCounterVec,
+    /// Re-reads of the write listener's token and TLS files after a change, by file and outcome.
+    pub write_reloads: IntCounterVec,
+    /// Bearer tokens the write listener accepts now.
+    pub write_tokens: IntGauge,
+    /// Matches replaced by redaction before the LLM judge, by pattern.
+    pub redactions: IntCounterVec,
+    /// TLS handshakes on the write listener that failed or timed out.
+    pub write_tls_handshake_failures: IntCounter,
     /// The latest trace id per bucket of the score and judge-latency histograms.
     pub exemplars: Arc<Exemplars>,
     /// The per-trace series of each stratum (by [`StratumId`]), kept once looked up.
@@ -672,6 +682,38 @@ impl Metrics {
                 "OTLP export requests, by protocol (http, grpc) and outcome.",
                 &["protocol", "outcome"],
             ),
+            write_refused: counter(
+                &r,
+                "ragwatch_write_refused_total",
+                "Requests refused on the write listener, by endpoint (traces, labels) and reason (missing_credentials, malformed_credentials, unknown_token: 401; forbidden: 403, a token without the endpoint's scope; rate_limited: 429).",
+                &["endpoint", "reason"],
+            ),
+            write_reloads: counter(
+                &r,
+                "ragwatch_write_reloads_total",
+                "Re-reads of the write listener's files after they changed, by file (tokens, tls) and outcome (ok; error: the previous ones stay in use).",
+                &["file", "outcome"],
+            ),
+            write_tokens: single(
+                &r,
+                IntGauge::with_opts(Opts::new(
+                    "ragwatch_write_tokens",
+                    "Bearer tokens the write listener accepts now (from the environment and the tokens file).",
+                )),
+            ),
+            redactions: counter(
+                &r,
+                "ragwatch_redactions_total",
+                "Matches replaced (masked or hashed) in the question, contexts and answer of traces sent to the LLM judge, by pattern (built-in: email, phone, card, secret, ip; or redact.patterns names).",
+                &["pattern"],
+            ),
+            write_tls_handshake_failures: single(
+                &r,
+                IntCounter::with_opts(Opts::new(
+                    "ragwatch_write_tls_handshake_failures_total",
+                    "TLS handshakes on the write listener that failed (no or an unverifiable client certificate, a client that does not trust the server's) or timed out.",
+                )),
+            ),
             length_moments: float_counter(
                 &r,
                 "ragwatch_judge_length_moments_total",
@@ -986,6 +1028,12 @@ impl Metrics {
 
 /// The LLM judge's reports, as counters and gauges.
 impl LlmObserver for Metrics {
+    fn redacted(&self, pattern: &str, matches: u64) {
+        self.redactions
+            .with_label_values(&[pattern])
+            .inc_by(matches);
+    }
+
     fn spent(&self, usage: &Usage, retries: &[&'static str]) {
         self.judge_tokens
             .with_label_values(&["llm", "prompt"])

@@ -530,7 +530,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         Arc::clone(&sent),
         Arc::clone(&sent_labels),
     );
-    let reviewer = review(rw.addr, Arc::clone(&stop), Arc::clone(&sent_labels));
+    let reviewer = review(rw.write_addr(), Arc::clone(&stop), Arc::clone(&sent_labels));
     // Both strata arrive and the stand-in judges them, before anything watches.
     wait_for(
         "ragwatch to receive both strata and judge a sample",

@@ -465,19 +465,94 @@ fn the_dashboard_names_the_runbook_address_once() {
     assert!(links >= 15, "{links} runbook links");
 }
 
-/// The example overlay has everything, and its generated Secret can never overwrite the real one.
+/// Reads a render on stdin; prints what the NetworkPolicy allows, and its problems: it must select
+/// exactly the Deployment's pods, name ports the container has, keep DNS, and leave the selectors
+/// of other pods (Prometheus, writers, brokers) free of the install's own labels.
+const NETWORK_POLICY: &str = r#"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+problems = []
+policies = [d for d in docs if d['kind'] == 'NetworkPolicy']
+deploys = [d for d in docs if d['kind'] == 'Deployment']
+if len(policies) != 1 or len(deploys) != 1: problems.append('one NetworkPolicy, one Deployment'); print(json.dumps({'problems': problems})); sys.exit()
+np, dep = policies[0]['spec'], deploys[0]
+pod_labels = dep['spec']['template']['metadata']['labels']
+if np['podSelector'].get('matchLabels') != dep['spec']['selector']['matchLabels']: problems.append('podSelector is not the Deployment selector')
+if not all(pod_labels.get(k) == v for k, v in np['podSelector']['matchLabels'].items()): problems.append('podSelector misses the pods')
+if sorted(np.get('policyTypes', [])) != ['Egress', 'Ingress']: problems.append('policyTypes')
+ports = {p['name'] for c in dep['spec']['template']['spec']['containers'] for p in c.get('ports', [])}
+ingress = sorted(p['port'] for r in np['ingress'] for p in r['ports'])
+for p in ingress:
+    if p not in ports: problems.append(f'ingress port {p} is no container port')
+for r in np['ingress'] + np['egress']:
+    for peer in r.get('from', []) + r.get('to', []):
+        for sel in ('podSelector', 'namespaceSelector'):
+            if peer.get(sel, {}).get('matchLabels'): problems.append(f'{sel} with matchLabels (the install labels would join it)')
+egress = sorted({(p.get('protocol'), p['port']) for r in np['egress'] for p in r['ports']})
+if ('UDP', 53) not in egress or ('TCP', 53) not in egress: problems.append('DNS')
+print(json.dumps({'problems': problems, 'ingress': ingress, 'egress': [list(e) for e in egress]}))
+"#;
+
+/// The standalone install ships a NetworkPolicy that validates and allows in Prometheus (metrics)
+/// and the declared writers (the write port) only, and out DNS, the brokers and HTTPS for a hosted
+/// judge; the second install of docs/deployment.md gets its own, selecting only its own pods.
+#[test]
+fn the_network_policy_renders_validates_and_selects_the_install() {
+    for (name, rendered) in [
+        ("standalone", render("standalone")),
+        ("second install", {
+            let second = user_overlay(&[("kustomization.yaml", &documented_second_install())]);
+            kustomize(second.path())
+        }),
+    ] {
+        validate(name, &rendered);
+        let out = pipe(
+            Command::new("python3").arg("-c").arg(NETWORK_POLICY),
+            &rendered,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["problems"], json!([]), "{name}: {v}");
+        assert_eq!(v["ingress"], json!(["metrics", "otlp-http"]), "{name}: {v}");
+        assert_eq!(
+            v["egress"],
+            json!([
+                ["TCP", 53],
+                ["TCP", 443],
+                ["TCP", 9092],
+                ["TCP", 9093],
+                ["UDP", 53]
+            ]),
+            "{name}: {v}"
+        );
+    }
+}
+
+/// The example overlay has everything, and its generated Secrets (the judge key, the write tokens)
+/// can never overwrite the real ones.
 #[test]
 fn the_example_overlay_generates_a_secret_under_a_hashed_name() {
     let rendered = render("example");
     validate("example", &rendered);
     let v = check("example", &rendered);
-    let secrets = v["secrets"].as_array().unwrap();
-    assert_eq!(secrets.len(), 1);
-    let name = secrets[0].as_str().unwrap();
-    assert!(
-        name.starts_with("ragwatch-secrets-") && name.len() > "ragwatch-secrets-".len(),
-        "{name}"
-    );
+    let mut secrets: Vec<&str> = v["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    secrets.sort();
+    assert_eq!(secrets.len(), 2, "{secrets:?}");
+    for (name, real) in secrets
+        .iter()
+        .zip(["ragwatch-secrets-", "ragwatch-write-tokens-"])
+    {
+        assert!(name.starts_with(real) && name.len() > real.len(), "{name}");
+    }
     for kind in [
         "PodMonitor",
         "PrometheusRule",
@@ -1490,7 +1565,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         .collect();
     let labelling = Arc::new(AtomicBool::new(true));
     let reviewer = {
-        let (labelling, addr) = (Arc::clone(&labelling), rw.addr);
+        let (labelling, addr) = (Arc::clone(&labelling), rw.write_addr());
         std::thread::spawn(move || {
             while labelling.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));

@@ -417,7 +417,8 @@ fn every_config_key_has_an_entry_in_the_configuration_page() {
         "strata.rules.query_regex",
         "drift.rules.<metric>.<judge>.floor",
         "llm.trace_deadline_ms",
-        "otlp.listen",
+        "write.tls.cert_file",
+        "redact.patterns.regex",
         "audit.families",
     ] {
         assert!(

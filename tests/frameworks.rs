@@ -129,23 +129,18 @@ const SCORES: [&str; 6] = [
 fn run_pair(pair: &Pair) {
     let what = format!("{} + {}", pair.framework, pair.instrumentor);
     let dir = tempfile::tempdir().unwrap();
-    let port_file = dir.path().join("otlp-port");
     // No decode.format: an OTLP source reads OTLP.
     let config = dir.path().join("receiver.toml");
     std::fs::write(
         &config,
         format!(
-            "[source]\nkind = \"otlp\"\n[otlp]\nlisten = \"127.0.0.1:0\"\nport_file = \"{}\"\n\
-             [decode]\npreset = \"{}\"\n",
-            port_file.display(),
+            "[source]\nkind = \"otlp\"\n[decode]\npreset = \"{}\"\n",
             pair.preset
         ),
     )
     .unwrap();
     let receiver = Ragwatch::start(&config, &[]);
-    let addr: std::net::SocketAddr = wait_for("the otlp receiver", Duration::from_secs(20), || {
-        std::fs::read_to_string(&port_file).ok()?.parse().ok()
-    });
+    let addr = receiver.write_addr();
 
     let (batches, truth_path) = (dir.path().join("batches"), dir.path().join("truth.jsonl"));
     let started = std::time::Instant::now();
@@ -160,6 +155,7 @@ fn run_pair(pair: &Pair) {
             .arg(&batches)
             .arg("--truth")
             .arg(&truth_path)
+            .env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", otel_auth_header())
             // OpenLLMetry's default, said out loud: the texts go on the spans.
             .env("TRACELOOP_TRACE_CONTENT", "true"),
     );

@@ -51,7 +51,7 @@ fn labels_join_recent_traces_and_count_agreement() {
     }
     body.push_str("{\"trace_id\": \"never-seen\", \"faithful\": false}\n");
     body.push_str("not json\n\n");
-    let (code, reply) = http_post(rw.addr, "/v1/labels", &body);
+    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &body);
     assert_eq!(code, 200, "{reply}");
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["joined"], 5, "{reply}");
@@ -77,16 +77,22 @@ fn labels_join_recent_traces_and_count_agreement() {
     promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
 }
 
+/// With labels off there is no write listener at all, and the admin port takes no writes.
 #[test]
 fn labels_are_refused_when_off() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let rw = Ragwatch::start(&root.join("config/ragwatch.toml"), &[]);
-    let (code, _) = http_post(
+    let (code, reply) = http_post(
         rw.addr,
         "/v1/labels",
         "{\"trace_id\": \"x\", \"faithful\": true}\n",
     );
     assert_eq!(code, 404);
+    assert!(reply.contains("write listener"), "{reply}");
+    wait_for("ragwatch to run", Duration::from_secs(20), || {
+        rw.log_text().contains("ragwatch running").then_some(())
+    });
+    assert!(!rw.log_text().contains("write listener listening"));
 }
 
 /// The AUROC of the counts on `/metrics`: `sum_b pos_b * (neg_cum_b - neg_b / 2) / (pos * neg)`
@@ -425,7 +431,7 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
             "{{\"trace_id\": \"{id}\", \"faithful\": {faithful}}}\n"
         ));
     }
-    let (code, reply) = http_post(rw.addr, "/v1/labels", &labels);
+    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &labels);
     assert_eq!(code, 200, "{reply}");
     // The in-process figure, and the rule's once Prometheus has scraped the labels twice.
     let in_process = |m: &Samples| -> BTreeMap<String, f64> {

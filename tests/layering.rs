@@ -11,7 +11,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["labels", "clock"],
     &["config"],
-    &["trace"],
+    &["trace", "redact"],
     &["eval", "audit"],
     &["sample", "judge", "window"],
     &["metrics"],

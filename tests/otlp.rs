@@ -44,8 +44,8 @@ fn start_receiver(
     (rw, addr)
 }
 
-/// Starts ragwatch as an OTLP/HTTP receiver and, with `grpc`, an OTLP/gRPC one beside it; returns
-/// it and the receivers' addresses.
+/// Starts ragwatch as an OTLP receiver: the write listener and, with `grpc`, its second port
+/// (`write.grpc_listen`) beside it; returns it and the two addresses.
 fn start_receivers(
     dir: &Path,
     otlp: &str,
@@ -53,32 +53,27 @@ fn start_receivers(
     env: &[(&str, String)],
     grpc: bool,
 ) -> (Ragwatch, SocketAddr, Option<SocketAddr>) {
-    let port_file = dir.join(format!("otlp-{}", rand::random::<u32>()));
     let grpc_port_file = dir.join(format!("otlp-grpc-{}", rand::random::<u32>()));
-    let grpc_keys = if grpc {
-        format!(
-            "grpc_listen = \"127.0.0.1:0\"\ngrpc_port_file = \"{}\"\n",
-            grpc_port_file.display()
-        )
-    } else {
-        String::new()
-    };
+    let mut env = env.to_vec();
+    if grpc {
+        env.push(("RAGWATCH__WRITE__GRPC_LISTEN", "127.0.0.1:0".to_owned()));
+        env.push((
+            "RAGWATCH__WRITE__GRPC_PORT_FILE",
+            grpc_port_file.display().to_string(),
+        ));
+    }
     let config = write_config(
         dir,
         &format!("receiver-{}.toml", rand::random::<u32>()),
-        &format!(
-            "[source]\nkind = \"otlp\"\n[otlp]\nlisten = \"127.0.0.1:0\"\nport_file = \"{}\"\n{grpc_keys}{otlp}\n{extra}",
-            port_file.display()
-        ),
+        &format!("[source]\nkind = \"otlp\"\n[otlp]\n{otlp}\n{extra}"),
     );
-    let rw = Ragwatch::start(&config, env);
-    let read = |path: &Path| {
-        wait_for("the otlp receiver", Duration::from_secs(20), || {
-            std::fs::read_to_string(path).ok()?.parse().ok()
+    let rw = Ragwatch::start(&config, &env);
+    let addr = rw.write_addr();
+    let grpc_addr = grpc.then(|| {
+        wait_for("the gRPC port", Duration::from_secs(20), || {
+            std::fs::read_to_string(&grpc_port_file).ok()?.parse().ok()
         })
-    };
-    let addr = read(&port_file);
-    let grpc_addr = grpc.then(|| read(&grpc_port_file));
+    });
     (rw, addr, grpc_addr)
 }
 
@@ -111,10 +106,12 @@ fn run_app(
         cmd.arg("--json");
     }
     if let Some(addr) = endpoint {
-        cmd.args(["--endpoint", &format!("http://{addr}/v1/traces")]);
+        cmd.args(["--endpoint", &format!("http://{addr}/v1/traces")])
+            .env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", otel_auth_header());
     }
     if let Some(addr) = grpc_endpoint {
-        cmd.args(["--grpc-endpoint", &addr.to_string()]);
+        cmd.args(["--grpc-endpoint", &addr.to_string()])
+            .args(["--grpc-token", WRITE_TOKEN]);
     }
     run_ok(&mut cmd);
 }
@@ -699,7 +696,8 @@ fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut head = format!(
-        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\
+         Authorization: Bearer {WRITE_TOKEN}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -872,6 +870,7 @@ fn the_receiver_speaks_otlp_http() {
 /// status code name, its details and the answer's bytes out, one per call.
 fn grpc_calls(
     target: SocketAddr,
+    token: Option<&str>,
     calls: &[(&str, Vec<u8>, bool)],
 ) -> Vec<(String, String, Vec<u8>)> {
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
@@ -887,7 +886,8 @@ fn grpc_calls(
     let out = pipe(
         Command::new("python3")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_grpc_client.py"))
-            .args(["--target", &target.to_string()]),
+            .args(["--target", &target.to_string()])
+            .args(token.map_or(Vec::new(), |t| vec!["--token", t])),
         &input,
     );
     assert!(
@@ -925,7 +925,7 @@ fn the_receiver_speaks_otlp_grpc() {
     const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
     let dir = tempfile::tempdir().unwrap();
     let max = 20_000;
-    let (rw, _, grpc) = start_receivers(
+    let (rw, write, grpc) = start_receivers(
         dir.path(),
         &format!("max_body_bytes = {max}"),
         "[decode]\nformat = \"otlp_proto\"\n",
@@ -951,7 +951,14 @@ fn the_receiver_speaks_otlp_grpc() {
             false,
         ),
     ];
-    let answers = grpc_calls(grpc, &calls);
+    let answers = grpc_calls(grpc, Some(WRITE_TOKEN), &calls);
+    // The write listener's guard: no token, an unknown one; the write port itself speaks gRPC too.
+    let refused = grpc_calls(grpc, None, &[(EXPORT, valid(4), false)]);
+    assert_eq!(refused[0].0, "UNAUTHENTICATED", "{refused:?}");
+    let refused = grpc_calls(grpc, Some("not-a-token"), &[(EXPORT, valid(4), false)]);
+    assert_eq!(refused[0].0, "UNAUTHENTICATED", "{refused:?}");
+    let on_write_port = grpc_calls(write, Some(WRITE_TOKEN), &[(EXPORT, valid(5), false)]);
+    assert_eq!(on_write_port[0].0, "OK", "{on_write_port:?}");
     let codes: Vec<&str> = answers.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(&codes[..4], ["OK"; 4], "{answers:?}");
     assert_eq!(codes[4], "INVALID_ARGUMENT", "{answers:?}");
@@ -973,11 +980,26 @@ fn the_receiver_speaks_otlp_grpc() {
         .expect("a partial success for the span with a one-byte trace id");
     assert_eq!(partial.rejected_spans, 1, "{partial:?}");
 
-    // Traces 1 and 2 are judged; trace 9, without its retriever span, is received and unjudged.
-    let m = wait_for("three traces received", Duration::from_secs(30), || {
+    // Traces 1, 2 and 5 are judged; trace 9, without its retriever span, is received and
+    // unjudged; trace 4 was refused.
+    let m = wait_for("four traces received", Duration::from_secs(30), || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_traces_received_total", &[]) == 3.0).then_some(m)
+        (m.sum("ragwatch_traces_received_total", &[]) == 4.0).then_some(m)
     });
+    assert_eq!(
+        m.sum(
+            "ragwatch_write_refused_total",
+            &[("endpoint", "traces"), ("reason", "missing_credentials")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.sum(
+            "ragwatch_write_refused_total",
+            &[("endpoint", "traces"), ("reason", "unknown_token")]
+        ),
+        1.0
+    );
     assert_eq!(
         m.sum(
             "ragwatch_traces_unjudged_total",
@@ -991,11 +1013,12 @@ fn the_receiver_speaks_otlp_grpc() {
             &[("protocol", "grpc"), ("outcome", o)],
         )
     };
-    assert_eq!(outcome("ok"), 3.0);
+    assert_eq!(outcome("ok"), 4.0);
     assert_eq!(outcome("partial"), 1.0);
     assert_eq!(outcome("bad_request"), 1.0);
     assert_eq!(outcome("too_large"), 2.0);
-    assert_eq!(outcome("unsupported"), 1.0);
+    // Another method is not routed to the receiver: UNIMPLEMENTED, and no OTLP request.
+    assert_eq!(outcome("unsupported"), 0.0);
     assert_eq!(
         m.sum("ragwatch_otlp_requests_total", &[("protocol", "http")]),
         0.0
@@ -1003,6 +1026,6 @@ fn the_receiver_speaks_otlp_grpc() {
     assert_eq!(m.sum("ragwatch_traces_rejected_total", &[]), 1.0);
     assert_eq!(
         m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
-        2.0
+        3.0
     );
 }

@@ -124,6 +124,7 @@ def main():
     ap.add_argument("--strata", default="head,tail,known_failure,out_of_scope,mystery")
     ap.add_argument("--endpoint")
     ap.add_argument("--grpc-endpoint")
+    ap.add_argument("--grpc-token", help="bearer token sent as gRPC `authorization` metadata")
     ap.add_argument("--batches")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--batch-size", type=int, default=7)
@@ -155,7 +156,9 @@ def main():
         from opentelemetry.exporter.otlp.proto.grpc.exporter import Compression
         provider.add_span_processor(BatchSpanProcessor(
             GrpcSpanExporter(endpoint=a.grpc_endpoint, insecure=True,
-                             compression=Compression.Gzip),
+                             compression=Compression.Gzip,
+                             headers={"authorization": f"Bearer {a.grpc_token}"}
+                             if a.grpc_token else None),
             max_export_batch_size=a.batch_size, schedule_delay_millis=100))
     if a.batches:
         provider.add_span_processor(SimpleSpanProcessor(Batches(a.batches, a.batch_size, a.json)))

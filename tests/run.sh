@@ -119,6 +119,13 @@ if ! command -v mdbook >/dev/null && [ ! -x "$HOME/.cargo/bin/mdbook" ]; then
   cargo install mdbook --locked --version 0.5.4 --no-default-features --features search
 fi
 "$(command -v mdbook || echo "$HOME/.cargo/bin/mdbook")" build
+# Supply chain: licences, banned crates and registries (deny.toml), offline. cargo-deny from
+# crates.io, built once and cached in ~/.cargo/bin.
+if ! command -v cargo-deny >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo-deny" ]; then
+  echo "installing cargo-deny (supply-chain checks; a few minutes, once)"
+  cargo install cargo-deny --locked
+fi
+cargo deny --offline check licenses bans sources
 # Release mode: the trainer reproduction test fits the offline model six times. Benchmarks run once
 # each in test mode, which checks they work without timing anything.
 # Tests that need the labelled development data ($RAGWATCH_DATA, else ../shared/data beside the

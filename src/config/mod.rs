@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 mod drift;
 mod kafka;
 mod otlp;
+mod write;
 
 pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
 pub use otlp::{AssemblyConfig, OtlpConfig, Preset, TraceFormat};
+pub use write::{ClientAuth, RateLimitConfig, WriteAuthConfig, WriteConfig, WriteTlsConfig};
 
 /// Why a configuration could not be loaded. Each variant names the offending field or file.
 #[derive(Debug, thiserror::Error)]
@@ -91,27 +93,74 @@ pub struct Config {
     /// The LLM judge's budget for the whole fleet.
     #[serde(default)]
     pub budget: BudgetConfig,
-    /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`).
+    /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`): read-only.
     #[serde(default)]
     pub http: HttpConfig,
+    /// The write listener (`POST /v1/traces`, `POST /v1/labels`): credentials, TLS, rate limit.
+    #[serde(default)]
+    pub write: WriteConfig,
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
     /// Log output.
     #[serde(default)]
     pub log: LogConfig,
-    /// Human labels joined to recent traces (`POST /v1/labels` on the admin server).
+    /// Human labels joined to recent traces (`POST /v1/labels` on the write listener).
     #[serde(default)]
     pub labels: LabelsConfig,
     /// Span assembly, for the OTLP formats.
     #[serde(default)]
     pub assembly: AssemblyConfig,
-    /// The OTLP/HTTP receiver, used when `source.kind = "otlp"`.
+    /// The OTLP/HTTP receiver's limits, used when `source.kind = "otlp"` (its address: `[write]`).
     #[serde(default)]
     pub otlp: OtlpConfig,
     /// The judge audit's live part: model families, for the self-preference count.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// What is replaced in a trace's texts before they leave the process or are written.
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+/// How a redacted match is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedactMode {
+    /// `[REDACTED:<pattern>]`.
+    Mask,
+    /// `[<pattern>:<12 hex>]`, a keyed hash: the same text gives the same token.
+    Hash,
+}
+
+/// A pattern of the config's own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactPattern {
+    /// The label value of its count (lowercase letters, digits, `_`).
+    pub name: String,
+    /// The regex (Rust `regex` syntax).
+    pub regex: String,
+}
+
+/// Redaction of question, contexts and answer before the LLM judge's API and the verdict records
+/// (the offline judge reads the original in memory).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Built-in patterns on: `email`, `phone`, `card` (Luhn-checked), `secret` (API keys, tokens,
+    /// private keys), `ip` (IPv4, IPv6). `[]` turns them all off.
+    #[serde(default = "default_redact_builtins")]
+    pub builtins: Vec<String>,
+    /// Patterns of your own, each with a name.
+    #[serde(default)]
+    pub patterns: Vec<RedactPattern>,
+    /// `mask` or `hash`.
+    #[serde(default = "default_redact_mode")]
+    pub mode: RedactMode,
+    /// The environment variable holding the key of `hash` (share it across replicas for tokens
+    /// that match fleet-wide; without it, a random key per process).
+    #[serde(default = "default_redact_hash_key_env")]
+    pub hash_key_env: String,
 }
 
 /// Model families: a judge may prefer answers of its own family (self-preference), so LLM verdicts
@@ -664,7 +713,7 @@ pub struct WindowsConfig {
     pub z: f64,
 }
 
-/// The admin HTTP server.
+/// The admin HTTP server: read-only (metrics and probes); writes go to `[write]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
@@ -889,6 +938,15 @@ fn default_log_format() -> LogFormat {
 fn default_records_max_bytes() -> u64 {
     64 << 20
 }
+fn default_redact_builtins() -> Vec<String> {
+    vec!["card".into(), "secret".into()]
+}
+fn default_redact_mode() -> RedactMode {
+    RedactMode::Mask
+}
+fn default_redact_hash_key_env() -> String {
+    "RAGWATCH_REDACT_HASH_KEY".into()
+}
 fn default_records_keep_files() -> u32 {
     3
 }
@@ -917,7 +975,8 @@ default_from_serde!(
     HttpConfig,
     ShutdownConfig,
     LogConfig,
-    LabelsConfig
+    LabelsConfig,
+    RedactConfig
 );
 
 /// The prefix of environment overrides.
@@ -986,10 +1045,42 @@ impl Config {
             );
         }
         self.validate_otlp(&mut p);
+        self.validate_write(&mut p);
+        self.validate_redact(&mut p);
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }
         p.into_result()
+    }
+
+    fn validate_redact(&self, p: &mut Problems) {
+        let r = &self.redact;
+        let builtins = ["email", "phone", "card", "secret", "ip"];
+        for b in &r.builtins {
+            if !builtins.contains(&b.as_str()) {
+                p.add(
+                    "redact.builtins",
+                    format!("unknown pattern {b:?} (email, phone, card, secret, ip)"),
+                );
+            }
+        }
+        let mut seen: Vec<&str> = r.builtins.iter().map(String::as_str).collect();
+        for pat in &r.patterns {
+            let field = format!("redact.patterns.{}", pat.name);
+            if !valid_label(&pat.name) {
+                p.add(
+                    &field,
+                    "name: lowercase letters, digits and _ (a label value)",
+                );
+            }
+            if seen.contains(&pat.name.as_str()) || builtins.contains(&pat.name.as_str()) {
+                p.add(&field, "name taken (by a built-in or another pattern)");
+            }
+            seen.push(&pat.name);
+            if let Err(e) = regex::Regex::new(&pat.regex) {
+                p.add(&field, e.to_string());
+            }
+        }
     }
 
     fn validate_source(&self, p: &mut Problems) {

@@ -1,8 +1,6 @@
 //! Configuration of OpenTelemetry input: the trace format (`decode.format`, `decode.preset`), span
 //! assembly (`[assembly]`) and the OTLP/HTTP receiver (`[otlp]`, for `source.kind = "otlp"`).
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use super::{Config, Problems, SourceKind};
@@ -95,23 +93,10 @@ pub struct AssemblyConfig {
     pub stratum_attribute: String,
 }
 
-/// The OTLP/HTTP receiver (`source.kind = "otlp"`).
+/// The OTLP/HTTP receiver (`source.kind = "otlp"`), served on the write listener (`[write]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
-    /// Listen address of `POST /v1/traces`; port 0 picks a free port (written to `port_file`).
-    #[serde(default = "default_otlp_listen")]
-    pub listen: String,
-    /// Write the bound address here once listening (used by tests and scripts).
-    #[serde(default)]
-    pub port_file: Option<PathBuf>,
-    /// Listen address of the OTLP/gRPC `TraceService/Export` (the Collector's `otlp` exporter;
-    /// 4317 by convention); absent: no gRPC receiver. Same limits, queue and accounting as HTTP.
-    #[serde(default)]
-    pub grpc_listen: Option<String>,
-    /// Write the gRPC receiver's bound address here once listening.
-    #[serde(default)]
-    pub grpc_port_file: Option<PathBuf>,
     /// Largest request body accepted, after gzip decompression; larger ones get 413.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -162,9 +147,6 @@ fn default_completed_memory() -> usize {
 fn default_stratum_attribute() -> String {
     "ragwatch.stratum".into()
 }
-fn default_otlp_listen() -> String {
-    "0.0.0.0:4318".into()
-}
 fn default_max_body_bytes() -> usize {
     8 << 20
 }
@@ -204,17 +186,12 @@ impl Config {
                 "applies to the native format only; OTLP spans are read through decode.preset",
             );
         }
-        if self.source.kind == SourceKind::Otlp {
-            if !self.decode.format.is_otlp() {
-                p.add(
-                    "decode.format",
-                    "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
-                     it unset (the receiver takes both whichever is set)",
-                );
-            }
-            if let Err(e) = self.otlp.listen.parse::<std::net::SocketAddr>() {
-                p.add("otlp.listen", e.to_string());
-            }
+        if self.source.kind == SourceKind::Otlp && !self.decode.format.is_otlp() {
+            p.add(
+                "decode.format",
+                "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
+                 it unset (the receiver takes both whichever is set)",
+            );
         }
         if self.source.kind == SourceKind::Stdin && self.decode.format == TraceFormat::OtlpProto {
             p.add(

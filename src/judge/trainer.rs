@@ -210,7 +210,8 @@ fn length_ranks(data: &[&Example]) -> [Vec<(usize, f64)>; 2] {
         let m = r.len() as f64;
         let mean = r.iter().sum::<f64>() / m;
         let sd = (r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m).sqrt();
-        if !(sd > 0.0) {
+        // A constant (or NaN) column has no rank to correlate.
+        if sd.is_nan() || sd <= 0.0 {
             return Vec::new();
         }
         idx.into_iter()

@@ -48,9 +48,6 @@ pub enum SourceError {
     /// The Kafka client could not be created or subscribed.
     #[error("kafka: {0}")]
     Kafka(String),
-    /// The OTLP receiver could not listen.
-    #[error("otlp receiver: cannot listen on {0}: {1}")]
-    Listen(String, #[source] std::io::Error),
 }
 
 /// What a source feeds, one message at a time. Positions a call accounts for, other than the

@@ -1,4 +1,5 @@
-//! The OTLP/HTTP receiver (`source.kind = "otlp"`): `POST /v1/traces` with a protobuf
+//! The OTLP/HTTP receiver (`source.kind = "otlp"`): `POST /v1/traces`, on the write listener (its
+//! credentials, TLS and rate limit are the listener's), with a protobuf
 //! (`application/x-protobuf`) or JSON (`application/json`) `ExportTraceServiceRequest`, gzip or
 //! not, as OTLP/HTTP specifies. A service's OTLP exporter or a Collector's `otlphttp` exporter can
 //! push to it.
@@ -63,89 +64,60 @@ struct Status {
     message: String,
 }
 
-/// The OTLP/HTTP receiver: `source.kind = "otlp"`. It feeds spans, so only a [`SpanIngest`].
-#[derive(Debug, Clone)]
-pub struct OtlpReceiver<'a> {
-    /// Address, body and queue limits.
-    pub config: &'a OtlpConfig,
-    /// Spans one request may carry.
-    pub max_spans_per_message: usize,
-    /// Request metrics.
-    pub metrics: Arc<Metrics>,
+/// The OTLP/HTTP receiver: `source.kind = "otlp"`. Its [`routes`](OtlpReceiver::routes) are served
+/// on the write listener; it feeds the requests they take to a [`SpanIngest`].
+#[derive(Debug)]
+pub struct OtlpReceiver {
+    jobs_rx: mpsc::Receiver<Job>,
 }
 
-impl super::Source<SpanIngest> for OtlpReceiver<'_> {
+impl OtlpReceiver {
+    /// The receiver and the routes that feed it, `POST /v1/traces` (OTLP/HTTP) and OTLP/gRPC's
+    /// `TraceService/Export` (body and queue limits from `config`, at most
+    /// `max_spans_per_message` spans a request).
+    pub fn routes(
+        config: &OtlpConfig,
+        max_spans_per_message: usize,
+        metrics: Arc<Metrics>,
+    ) -> (Router, OtlpReceiver) {
+        let (jobs_tx, jobs_rx) = mpsc::channel(config.queue_capacity);
+        let grpc = GrpcReceiver {
+            jobs_tx: jobs_tx.clone(),
+            metrics: Arc::clone(&metrics),
+            max_body_bytes: config.max_body_bytes,
+            max_spans: max_spans_per_message,
+        };
+        let state = Receiver {
+            jobs_tx,
+            metrics,
+            max_body_bytes: config.max_body_bytes,
+            max_spans: max_spans_per_message,
+            retry_after: HeaderValue::from(config.retry_after_secs),
+        };
+        let router = Router::new()
+            .route("/v1/traces", post(export))
+            .with_state(state)
+            .merge(grpc.routes());
+        (router, OtlpReceiver { jobs_rx })
+    }
+}
+
+impl super::Source<SpanIngest> for OtlpReceiver {
     fn run(
         self,
         ingest: &mut SpanIngest,
         stop: &CancellationToken,
     ) -> impl std::future::Future<Output = Result<u64, SourceError>> {
-        run_otlp_source(
-            self.config,
-            self.max_spans_per_message,
-            ingest,
-            self.metrics,
-            stop,
-        )
+        run_otlp_source(self.jobs_rx, ingest, stop)
     }
 }
 
-/// Runs the receiver until `stop`: binds `config.listen` (writing the bound address to
-/// `config.port_file`), then feeds requests to `ingest` one at a time. Returns the number of
-/// requests taken.
+/// Feeds requests to `ingest` one at a time until `stop`. Returns the number of requests taken.
 async fn run_otlp_source(
-    config: &OtlpConfig,
-    max_spans_per_message: usize,
+    mut jobs_rx: mpsc::Receiver<Job>,
     ingest: &mut SpanIngest,
-    metrics: Arc<Metrics>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
-    let (listener, addr) = bind(&config.listen, config.port_file.as_deref())?;
-    let grpc_listener = match &config.grpc_listen {
-        Some(listen) => Some(bind(listen, config.grpc_port_file.as_deref())?),
-        None => None,
-    };
-    let (jobs_tx, mut jobs_rx) = mpsc::channel(config.queue_capacity);
-    let server_stop = CancellationToken::new();
-    let grpc_server = grpc_listener.map(|(listener, addr)| {
-        let receiver = GrpcReceiver {
-            jobs_tx: jobs_tx.clone(),
-            metrics: metrics.clone(),
-            max_body_bytes: config.max_body_bytes,
-            max_spans: max_spans_per_message,
-        };
-        let stop = server_stop.clone();
-        tracing::info!(%addr, "otlp/grpc receiver listening");
-        tokio::spawn(async move {
-            let stopped = async move { stop.cancelled().await };
-            if let Err(e) = receiver.serve(listener, stopped).await {
-                tracing::error!(error = %e, "otlp/grpc receiver failed");
-            }
-        })
-    });
-    let state = Receiver {
-        jobs_tx,
-        metrics,
-        max_body_bytes: config.max_body_bytes,
-        max_spans: max_spans_per_message,
-        retry_after: HeaderValue::from(config.retry_after_secs),
-    };
-    let app = Router::new()
-        .route("/v1/traces", post(export))
-        .with_state(state);
-    let server = {
-        let server_stop = server_stop.clone();
-        tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_stop.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "otlp receiver failed");
-            }
-        })
-    };
-    tracing::info!(%addr, "otlp receiver listening on /v1/traces");
-
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut released = Vec::new();
@@ -166,11 +138,6 @@ async fn run_otlp_source(
     // Queued requests are not taken: their handlers answer 503 and the exporters retry elsewhere.
     jobs_rx.close();
     drop(jobs_rx);
-    server_stop.cancel();
-    let _ = server.await;
-    if let Some(grpc_server) = grpc_server {
-        let _ = grpc_server.await;
-    }
     ingest.close_queue();
     tracing::info!(
         requests = taken,
@@ -178,24 +145,6 @@ async fn run_otlp_source(
         "otlp receiver stopped"
     );
     Ok(taken)
-}
-
-/// Binds `listen` (port 0 picks one) and writes the bound address to `port_file`.
-fn bind(
-    listen: &str,
-    port_file: Option<&std::path::Path>,
-) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), SourceError> {
-    let listen_error = |e| SourceError::Listen(listen.to_owned(), e);
-    let std_listener = std::net::TcpListener::bind(listen).map_err(listen_error)?;
-    std_listener.set_nonblocking(true).map_err(listen_error)?;
-    let addr = std_listener.local_addr().map_err(listen_error)?;
-    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(listen_error)?;
-    if let Some(path) = port_file
-        && let Err(e) = std::fs::write(path, addr.to_string())
-    {
-        tracing::warn!(error = %e, path = %path.display(), "cannot write otlp port file");
-    }
-    Ok((listener, addr))
 }
 
 async fn export(State(r): State<Receiver>, request: Request) -> Response {

@@ -1,13 +1,16 @@
-//! The OTLP/gRPC receiver (`otlp.grpc_listen`, 4317 by convention): the unary
-//! `opentelemetry.proto.collector.trace.v1.TraceService/Export` that the OpenTelemetry Collector's
-//! `otlp` exporter and the SDKs' gRPC exporters call, gzip-compressed or not.
+//! The OTLP/gRPC receiver: the unary `opentelemetry.proto.collector.trace.v1.TraceService/Export`
+//! that the OpenTelemetry Collector's `otlp` and `loadbalancing` exporters and the SDKs' gRPC
+//! exporters call, gzip-compressed or not. It is a route of the write listener (HTTP/2, its
+//! credentials, TLS and rate limit), which also binds `write.grpc_listen` (4317 by convention).
 //!
 //! It shares everything past the wire with the OTLP/HTTP receiver: the message arrives as raw
 //! bytes (a codec of its own, so tonic never decodes it) and goes through the same
 //! `decode_request` (span count checked before decoding, rejections counted by reason), the same
 //! bounded queue to span assembly, and the same answer (`partialSuccess` for spans not kept).
 //! Every request is counted in `ragwatch_otlp_requests_total{protocol="grpc"}`, those tonic turns
-//! away before the handler too (over the size limit, an unknown compression, a broken frame).
+//! away before the handler too (over the size limit, an unknown compression, a broken frame); a
+//! call refused by the write listener's guard is counted there, as an HTTP 401/403/429, which gRPC
+//! clients read as UNAUTHENTICATED, PERMISSION_DENIED and UNAVAILABLE.
 //! Status codes follow the OTLP specification: a full queue or a receiver shutting down is
 //! UNAVAILABLE, which exporters retry; an undecodable message is INVALID_ARGUMENT, which they do not.
 
@@ -53,34 +56,10 @@ impl GrpcReceiver {
             .inc();
     }
 
-    /// Serves `TraceService` on `listener` until `stop` resolves.
-    pub(super) async fn serve(
-        self,
-        listener: tokio::net::TcpListener,
-        stop: impl Future<Output = ()>,
-    ) -> Result<(), tonic::transport::Error> {
-        let incoming = tokio_stream_of(listener);
-        // Every path reaches the service, so a call of another method is counted too.
-        let routes =
-            tonic::service::Routes::from(axum::Router::new().fallback_service(TraceService(self)));
-        tonic::transport::Server::builder()
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(incoming, stop)
-            .await
+    /// The route of `TraceService/Export`, to serve on an HTTP/2 listener (the write listener).
+    pub(super) fn routes(self) -> axum::Router {
+        axum::Router::new().route_service(EXPORT_PATH, TraceService(self))
     }
-}
-
-/// Accepted connections as the stream tonic serves from.
-fn tokio_stream_of(
-    listener: tokio::net::TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures::stream::unfold(listener, |listener| async move {
-        let conn = listener.accept().await.map(|(stream, _)| {
-            let _ = stream.set_nodelay(true);
-            stream
-        });
-        Some((conn, listener))
-    })
 }
 
 /// The message as bytes in, the answer as protobuf out.

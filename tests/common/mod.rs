@@ -337,18 +337,42 @@ pub fn gen_traces(n: usize, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// The bearer token [`Ragwatch::start`] gives ragwatch's write listener, and [`http_post`] sends.
+pub const WRITE_TOKEN: &str = "test-write-token";
+
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` for an OpenTelemetry SDK exporting to [`Ragwatch::start`]'s
+/// write listener: the bearer token, its space percent-encoded as the variable's format asks.
+pub fn otel_auth_header() -> String {
+    format!("Authorization=Bearer%20{WRITE_TOKEN}")
+}
+
 /// A running ragwatch process.
 pub struct Ragwatch {
     pub child: Child,
+    /// The admin (metrics and probes) address.
     pub addr: SocketAddr,
     _dir: tempfile::TempDir,
     pub log: PathBuf,
 }
 
 impl Ragwatch {
-    /// Starts `ragwatch run` with the given config file and `RAGWATCH__...` overrides, on port 0.
+    /// Starts `ragwatch run` with the given config file and `RAGWATCH__...` overrides, on port 0;
+    /// the write listener (when the config turns it on) on port 0 too, taking [`WRITE_TOKEN`].
     pub fn start(config: &Path, env: &[(&str, String)]) -> Ragwatch {
-        Self::start_bin(Path::new(env!("CARGO_BIN_EXE_ragwatch")), config, env)
+        let mut all = vec![
+            ("RAGWATCH__WRITE__LISTEN", "127.0.0.1:0".to_owned()),
+            ("RAGWATCH_WRITE_TOKENS", WRITE_TOKEN.to_owned()),
+        ];
+        all.extend(env.iter().cloned());
+        Self::start_bin(Path::new(env!("CARGO_BIN_EXE_ragwatch")), config, &all)
+    }
+
+    /// The write listener's address, once it listens.
+    pub fn write_addr(&self) -> SocketAddr {
+        let file = self._dir.path().join("write-addr");
+        wait_for("the write listener", Duration::from_secs(20), || {
+            std::fs::read_to_string(&file).ok()?.parse().ok()
+        })
     }
 
     /// The same with another ragwatch binary (an older build, to compare).
@@ -367,6 +391,7 @@ impl Ragwatch {
             .env_remove("HOSTNAME")
             .env("RAGWATCH__HTTP__LISTEN", "127.0.0.1:0")
             .env("RAGWATCH__HTTP__PORT_FILE", &port_file)
+            .env("RAGWATCH__WRITE__PORT_FILE", dir.path().join("write-addr"))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -476,13 +501,24 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// POSTs `body` to `path`; returns the status and the response body.
+/// POSTs `body` to `path` with [`WRITE_TOKEN`]; returns the status and the response body.
 pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    http_post_as(addr, path, body, Some(WRITE_TOKEN))
+}
+
+/// POSTs `body` to `path` with `token` as the bearer token (none: no `Authorization` header).
+pub fn http_post_as(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

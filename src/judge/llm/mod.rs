@@ -144,6 +144,8 @@ pub struct LlmJudge {
     observer: Arc<dyn LlmObserver>,
     records: Option<super::records::RecordsFile>,
     records_topic: Option<RecordsTopic>,
+    /// What the API and the records get instead of the original texts.
+    redactor: crate::redact::Redactor,
 }
 
 /// A verdict and how the call that gave it ended.
@@ -196,6 +198,9 @@ pub enum LlmSetupError {
     /// The records producer could not be built.
     #[error("records topic producer: {0}")]
     Producer(String),
+    /// A redaction pattern could not be built.
+    #[error(transparent)]
+    Redact(#[from] crate::redact::RedactError),
 }
 
 /// The API key: from the environment variable, else the mounted file. A local server may need none
@@ -255,7 +260,12 @@ impl LlmJudge {
         if mode.is_resolved() {
             observer.structured_output(mode.current());
         }
+        let redactor = crate::redact::Redactor::try_new(&config.redact, env)?;
+        for name in redactor.names() {
+            observer.redacted(name, 0);
+        }
         Ok(Self {
+            redactor,
             records_topic,
             client: LlmClient::try_new(&config.llm, key)?,
             config: config.llm.clone(),
@@ -446,7 +456,15 @@ impl LlmJudge {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
         let mut log = CallLog::new(admission, deadline);
-        let result = self.judge_uncached(trace, &mut log).await;
+        // The API, the raw outputs and the records see the redacted texts only.
+        let mut counts = crate::redact::Counts::new();
+        let shown = self.redactor.redact_trace(trace, &mut counts);
+        for (name, &n) in self.redactor.names().zip(&counts) {
+            if n > 0 {
+                self.observer.redacted(name, n);
+            }
+        }
+        let result = self.judge_uncached(&shown, &mut log).await;
         let latency_ms = started.elapsed().as_millis() as u64;
         self.count_spend(&log);
         for p in &log.parts {

@@ -31,4 +31,6 @@ pub trait LlmObserver: Send + Sync + std::fmt::Debug {
     fn show_identity(&self, series: &IdentitySeries);
     /// The share of canaries the judge got right.
     fn canary_agreement(&self, agreement: f64);
+    /// Matches of a redaction pattern replaced in a trace about to be judged.
+    fn redacted(&self, pattern: &str, matches: u64);
 }

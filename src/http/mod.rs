@@ -1,6 +1,7 @@
-//! The admin HTTP server: `/metrics` (Prometheus text format; OpenMetrics with exemplars when the
-//! scraper's `Accept` header prefers it, as Prometheus's does), `/livez` and `/readyz`, and, when
-//! `labels.enabled`, `POST /v1/labels` (JSON lines of human labels, joined to recent traces).
+//! The admin HTTP server, read-only: `/metrics` (Prometheus text format; OpenMetrics with exemplars
+//! when the scraper's `Accept` header prefers it, as Prometheus's does), `/livez` and `/readyz`.
+//! Writes (`POST /v1/traces`, `POST /v1/labels`) are served on the write listener ([`write`]), with
+//! credentials ([`auth`]), on a port of their own.
 //!
 //! Liveness and readiness describe this process only. A sidecar whose readiness followed Kafka or the
 //! judge API would take the application's pod out of its Service when either blinks; their health is
@@ -11,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
@@ -20,7 +20,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{Metrics, openmetrics};
-use crate::recorder::{LabelOutcome, Shared};
+
+pub mod auth;
+pub mod tls;
+pub mod write;
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
@@ -29,29 +32,14 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// Set once the pipeline is running; cleared when draining.
     pub ready: Arc<AtomicBool>,
-    /// Where labels are joined (`None` answers `/v1/labels` with 404).
-    pub recorder: Option<Shared>,
 }
 
-/// Largest label request body; a reviewer tool posts batches, not archives.
-const MAX_LABEL_BODY_BYTES: usize = 4 << 20;
-
-async fn labels(State(s): State<AdminState>, body: Bytes) -> impl IntoResponse {
-    let Some(recorder) = s.recorder.filter(|r| r.feedback.is_some()) else {
-        return (
-            StatusCode::NOT_FOUND,
-            "labels are off (labels.enabled = false)\n".to_string(),
-        );
-    };
-    let counts = recorder.label_lines(&body, crate::clock::now_ms());
-    let summary: serde_json::Map<String, serde_json::Value> = LabelOutcome::ALL
-        .iter()
-        .zip(counts)
-        .map(|(o, n)| (o.as_str().to_string(), n.into()))
-        .collect();
+/// Writes are not taken here; the answer says where they go.
+async fn not_here() -> impl IntoResponse {
     (
-        StatusCode::OK,
-        format!("{}\n", serde_json::Value::Object(summary)),
+        StatusCode::NOT_FOUND,
+        "the admin port is read-only: POST /v1/labels to the write listener (write.listen), \
+         with labels.enabled = true\n",
     )
 }
 
@@ -129,10 +117,7 @@ async fn serve(
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .route(
-            "/v1/labels",
-            post(labels).layer(axum::extract::DefaultBodyLimit::max(MAX_LABEL_BODY_BYTES)),
-        )
+        .route("/v1/labels", post(not_here))
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
