@@ -20,7 +20,7 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::config::StructuredOutput;
+use crate::config::{MetricsConfig, StructuredOutput};
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
 use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason, StratumId};
 use crate::trace::RejectReason;
@@ -312,9 +312,14 @@ fn histogram(
 }
 
 impl Metrics {
-    /// Registers every family and pre-creates the series of every stratum, so dashboards and alert
-    /// rules see zeros rather than absent series.
+    /// [`Metrics::with_config`] with the default `[metrics]` section.
     pub fn new(strata: &[String], judge_model: &str) -> Self {
+        Self::with_config(strata, judge_model, &MetricsConfig::default())
+    }
+
+    /// Registers every family and pre-creates the series of every stratum, so dashboards and alert
+    /// rules see zeros rather than absent series. `config` declares the retriever's score scale.
+    pub fn with_config(strata: &[String], judge_model: &str, config: &MetricsConfig) -> Self {
         let r = Registry::new();
         let mut exemplars = Exemplars::new(counter(
             &r,
@@ -389,7 +394,7 @@ impl Metrics {
                 "ragwatch_retrieval_score",
                 "Retriever scores of retrieved contexts, by stratum and rank (1 = top, 2-3, 4+): a shift often comes before a drop in faithfulness.",
                 &["stratum", "rank"],
-                vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+                config.retrieval_buckets(),
             ),
             contexts_retrieved: histogram(
                 &r,

@@ -157,3 +157,58 @@ fn every_bundled_config_passes_check_config() {
     }
     assert!(n >= 4, "{n} configs checked");
 }
+
+/// `ragwatch_retrieval_score`'s buckets follow the declared score scale: BM25-like scores (2.5 and
+/// 12.5) land in the `+Inf` bucket on the default 0-1 scale, and in their own buckets with
+/// `metrics.retrieval_score_scale = "unbounded"`.
+#[test]
+fn retrieval_score_buckets_follow_the_declared_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("bm25.jsonl");
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            serde_json::json!({
+                "trace_id": format!("bm25-{i}"),
+                "query": "What does the warranty cover?",
+                "contexts": [
+                    {"id": "a", "text": "The warranty covers parts and labour for two years.", "score": 12.5},
+                    {"id": "b", "text": "Shipping takes five days.", "score": 2.5},
+                ],
+                "answer": "Parts and labour for two years.",
+                "stratum": "head",
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&traces, lines.join("\n") + "\n").unwrap();
+    let bucket = |m: &Samples, rank: &str, le: &str| {
+        m.sum(
+            "ragwatch_retrieval_score_bucket",
+            &[("stratum", "head"), ("rank", rank), ("le", le)],
+        )
+    };
+    for scale in ["unit", "unbounded"] {
+        let rw = Ragwatch::start(
+            std::path::Path::new("config/ragwatch.toml"),
+            &[
+                ("RAGWATCH__SOURCE__PATH", traces.display().to_string()),
+                ("RAGWATCH__SOURCE__LOOP", "false".into()),
+                ("RAGWATCH__METRICS__RETRIEVAL_SCORE_SCALE", scale.into()),
+            ],
+        );
+        let m = wait_for("the traces counted", Duration::from_secs(20), || {
+            let m = rw.metrics()?;
+            (bucket(&m, "1", "+Inf") >= 20.0).then_some(m)
+        });
+        if scale == "unit" {
+            assert_eq!(bucket(&m, "1", "1"), 0.0, "12.5 is above the unit scale");
+            assert_eq!(bucket(&m, "2-3", "1"), 0.0);
+        } else {
+            assert_eq!(bucket(&m, "1", "8"), 0.0);
+            assert_eq!(bucket(&m, "1", "16"), 20.0);
+            assert_eq!(bucket(&m, "2-3", "2"), 0.0);
+            assert_eq!(bucket(&m, "2-3", "4"), 20.0);
+        }
+        promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+    }
+}

@@ -99,6 +99,9 @@ pub struct Config {
     /// The write listener (`POST /v1/traces`, `POST /v1/labels`): credentials, TLS, rate limit.
     #[serde(default)]
     pub write: WriteConfig,
+    /// What the exported metrics measure on scales the config declares.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// Shutdown behaviour.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
@@ -725,6 +728,64 @@ pub struct HttpConfig {
     pub port_file: Option<PathBuf>,
 }
 
+/// The scale of the retriever's scores, which sets the buckets of `ragwatch_retrieval_score`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreScale {
+    /// 0 to 1: a similarity clipped at zero, a reranker's probability. Buckets 0.1 to 1.0.
+    Unit,
+    /// -1 to 1: cosine similarity of unnormalised embeddings. Buckets -0.8 to 1.0.
+    Signed,
+    /// 0 and up, unbounded: BM25, inner products, distances. Buckets 0.25 to 256, doubling.
+    Unbounded,
+}
+
+impl ScoreScale {
+    /// The histogram's upper bounds for this scale (`+Inf` is implicit).
+    pub fn buckets(self) -> Vec<f64> {
+        match self {
+            ScoreScale::Unit => (1..=10).map(|i| f64::from(i) / 10.0).collect(),
+            ScoreScale::Signed => (-4..=5).map(|i| f64::from(i) / 5.0).collect(),
+            ScoreScale::Unbounded => (-2..=8).map(|i| 2f64.powi(i)).collect(),
+        }
+    }
+}
+
+/// What the exported metrics measure on scales the config declares.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// The scale of the retriever's scores (`contexts[].score`, or the retriever span's document
+    /// scores): `unit`, `signed` or `unbounded`.
+    #[serde(default = "default_retrieval_score_scale")]
+    pub retrieval_score_scale: ScoreScale,
+    /// Upper bounds of `ragwatch_retrieval_score`'s buckets, ascending; replaces the scale's.
+    #[serde(default)]
+    pub retrieval_score_buckets: Option<Vec<f64>>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            retrieval_score_scale: default_retrieval_score_scale(),
+            retrieval_score_buckets: None,
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// The buckets of `ragwatch_retrieval_score`: the explicit list, else the scale's.
+    pub fn retrieval_buckets(&self) -> Vec<f64> {
+        self.retrieval_score_buckets
+            .clone()
+            .unwrap_or_else(|| self.retrieval_score_scale.buckets())
+    }
+}
+
+fn default_retrieval_score_scale() -> ScoreScale {
+    ScoreScale::Unit
+}
+
 /// Shutdown behaviour.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1047,6 +1108,16 @@ impl Config {
         self.validate_otlp(&mut p);
         self.validate_write(&mut p);
         self.validate_redact(&mut p);
+        if let Some(b) = &self.metrics.retrieval_score_buckets {
+            if b.is_empty() || b.len() > 40 {
+                p.add("metrics.retrieval_score_buckets", "needs 1 to 40 bounds");
+            } else if b.iter().any(|x| !x.is_finite()) || b.windows(2).any(|w| w[0] >= w[1]) {
+                p.add(
+                    "metrics.retrieval_score_buckets",
+                    "must be finite and strictly ascending (+Inf is implicit)",
+                );
+            }
+        }
         if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
             p.add("http.listen", e.to_string());
         }
@@ -1482,6 +1553,43 @@ fn apply_override(doc: &mut toml::Table, var: &str, value: &str) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retrieval_score_scales_and_buckets() {
+        let env = HashMap::new();
+        let unit = Config::from_toml_with_env("", &env).unwrap().metrics;
+        assert_eq!(unit.retrieval_buckets().first(), Some(&0.1));
+        assert_eq!(unit.retrieval_buckets().last(), Some(&1.0));
+        let signed = ScoreScale::Signed.buckets();
+        assert_eq!((signed[0], signed[signed.len() - 1]), (-0.8, 1.0));
+        let unbounded =
+            Config::from_toml_with_env("[metrics]\nretrieval_score_scale = \"unbounded\"\n", &env)
+                .unwrap()
+                .metrics
+                .retrieval_buckets();
+        assert_eq!(
+            (unbounded[0], unbounded[unbounded.len() - 1]),
+            (0.25, 256.0)
+        );
+        let mine = Config::from_toml_with_env(
+            "[metrics]\nretrieval_score_buckets = [-10.0, 0.0, 10.0]\n",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(mine.metrics.retrieval_buckets(), [-10.0, 0.0, 10.0]);
+        for bad in ["[]", "[1.0, 1.0]", "[2.0, 1.0]"] {
+            let err = Config::from_toml_with_env(
+                &format!("[metrics]\nretrieval_score_buckets = {bad}\n"),
+                &env,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("metrics.retrieval_score_buckets"),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs

@@ -45,7 +45,11 @@ impl Shared {
     /// Builds metrics and windows for `config`.
     pub fn new(config: &Config) -> Self {
         let stratifier = Arc::new(Stratifier::new(&config.strata));
-        let metrics = Arc::new(Metrics::new(stratifier.names(), &judge_model(config)));
+        let metrics = Arc::new(Metrics::with_config(
+            stratifier.names(),
+            &judge_model(config),
+            &config.metrics,
+        ));
         for stratum in stratifier.names() {
             let scope = if config.strata.is_out_of_scope(stratum) {
                 "out_of_scope"
