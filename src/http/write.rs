@@ -300,6 +300,7 @@ pub fn spawn(
     tokio::spawn(watch_files(
         credentials,
         tls,
+        limiter,
         metrics,
         reload_every,
         stop.clone(),
