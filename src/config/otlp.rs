@@ -186,14 +186,12 @@ impl Config {
                 "applies to the native format only; OTLP spans are read through decode.preset",
             );
         }
-        if self.source.kind == SourceKind::Otlp {
-            if !self.decode.format.is_otlp() {
-                p.add(
-                    "decode.format",
-                    "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
-                     it unset (the receiver takes both whichever is set)",
-                );
-            }
+        if self.source.kind == SourceKind::Otlp && !self.decode.format.is_otlp() {
+            p.add(
+                "decode.format",
+                "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
+                 it unset (the receiver takes both whichever is set)",
+            );
         }
         if self.source.kind == SourceKind::Stdin && self.decode.format == TraceFormat::OtlpProto {
             p.add(
