@@ -1,4 +1,4 @@
-//! What redaction costs per trace: a ~2 KB trace (a question, three contexts, an answer) through
+//! What redaction costs per trace: a 1.4 KB trace (a question, three contexts, an answer) through
 //! `Redactor::redact_trace` with every built-in and one pattern of the config's own on, once with
 //! nothing to redact and once with an e-mail address, a card number, an API key, a phone number and
 //! an IP address in it; beside it, the offline judge on the same trace, as the peer of the same run.
