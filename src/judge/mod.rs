@@ -3,31 +3,20 @@
 //!
 //! The offline judge runs inline on every trace; the sampled judge runs on the sample, off the ingest
 //! path, through a bounded queue (the pipeline owns the queue and the pool).
-//!
-//! The offline judge, by file: `tokenizer` (content tokens as hashes), `sets` (reusable hash sets),
-//! `sentences` (claims and word counts), `phrases` (the refusal, hedge and advice vocabulary),
-//! `citations`, `features` (the length-invariant signals and their fast extractor), `model` (the
-//! logistic model), `offline` (the judge), `trainer` (`ragwatch train-offline`); `reference` (tests
-//! only) is the plain extractor the fast one is held to.
 
-mod citations;
-mod features;
 pub mod llm;
-mod model;
 mod offline;
-mod phrases;
 pub mod records;
-#[cfg(test)]
-mod reference;
-mod sentences;
-mod sets;
-mod tokenizer;
+mod text;
 pub mod trainer;
 
-pub use features::{Extraction, FEATURES, Features};
-pub use model::OfflineModel;
-pub use offline::{OfflineDetails, OfflineJudge, OfflineScore};
-pub(crate) use sentences::word_count;
+pub use offline::{
+    Extraction, FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, Scratch, extract,
+    extract_with,
+};
+pub use text::{
+    HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens, sentences, word_count,
+};
 
 use serde::Serialize;
 

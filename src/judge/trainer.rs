@@ -16,9 +16,8 @@
 
 use serde_json::json;
 
-use super::features::{FEATURES, Features, extract};
-use super::model::OfflineModel;
-use super::sentences::word_count;
+use super::offline::{FEATURES, Features, OfflineModel, extract};
+use super::text::word_count;
 use crate::audit::{AuditSample, JudgeAudit, ranks};
 use crate::eval::auroc;
 use crate::trace::Trace;
@@ -211,6 +210,7 @@ fn length_ranks(data: &[&Example]) -> [Vec<(usize, f64)>; 2] {
         let m = r.len() as f64;
         let mean = r.iter().sum::<f64>() / m;
         let sd = (r.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / m).sqrt();
+        // A constant (or NaN) column has no rank to correlate.
         if sd.is_nan() || sd <= 0.0 {
             return Vec::new();
         }
@@ -365,31 +365,8 @@ mod tests {
         let penalised = rho(&TrainConfig::default());
         assert!(plain > 0.3, "without the penalty {plain}");
         assert!(
-            penalised < 0.2 && penalised < plain / 3.0,
+            penalised < 0.1,
             "with the penalty {penalised} (without {plain})"
         );
-    }
-
-    /// `train-offline` reproduces the committed weights exactly from the development set. The data set
-    /// is read from `../shared/data` (beside the checkout, as on the developers' machines and in CI).
-    #[test]
-    fn trainer_reproduces_committed_model() {
-        let Some(traces) = crate::judge::reference::development_set() else {
-            return;
-        };
-        let cfg = TrainConfig::default();
-        let examples = examples(&traces, cfg.folds);
-        let committed = OfflineModel::committed();
-        let date = committed.report["trained"].as_str().unwrap().to_owned();
-        let model = train(&examples, &cfg, "ragtruth_qa_train.jsonl", &date);
-        assert_eq!(model, committed);
-        let report = &model.report;
-        let figure = |name: &str| report[name].as_f64().unwrap();
-        assert!(figure("cv_auroc_pooled") >= 0.74, "{report}");
-        for class in ["faithful", "unfaithful"] {
-            let rho = figure(&format!("cv_length_spearman_{class}"));
-            assert!(rho.abs() <= 0.1, "{class} {rho}");
-        }
-        assert!(figure("cv_verbosity_ratio") < 1.0 / 3.0, "{report}");
     }
 }

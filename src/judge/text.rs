@@ -1,10 +1,9 @@
-//! The tokenizer: content tokens of a text (stopwords dropped, lowercased, light stemming, numbers
-//! normalised, list numbers skipped) as 64-bit hashes, with the flags the judge's signals read
-//! (number, name, long word) and a cruder prefix hash.
+//! Text: the cheap lexical machinery the offline judge is built on. Sentences, content tokens
+//! (lowercased, light stemming, numbers normalised) as 64-bit hashes, and small hash sets of those
+//! hashes that a worker clears and refills for every trace instead of allocating new ones.
 //!
-//! It works on bytes: the text is UTF-8, every delimiter it looks for is ASCII, and non-ASCII words
-//! take a slower path that lowercases per `char`. Words repeat, so each worker memoises what a word
-//! becomes; the tests hold it to a plain byte-at-a-time reference.
+//! Everything here works on bytes: the text is UTF-8, every delimiter the tokenizer and the sentence
+//! splitter look for is ASCII, and non-ASCII words take a slower path that lowercases per `char`.
 
 use std::ops::Range;
 use std::sync::LazyLock;
@@ -330,6 +329,294 @@ pub struct Token {
     pub prefix: u64,
 }
 
+/// A sorted, deduplicated set of token hashes (for callers that build a set once; the judge itself
+/// uses the reusable [`HashSet64`]).
+#[derive(Debug, Clone, Default)]
+pub struct TokenSet(Vec<u64>);
+
+impl TokenSet {
+    /// Builds a set from hashes.
+    pub fn from_hashes(mut hashes: Vec<u64>) -> Self {
+        hashes.sort_unstable();
+        hashes.dedup();
+        Self(hashes)
+    }
+
+    /// Whether `hash` is in the set.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.0.binary_search(&hash).is_ok()
+    }
+
+    /// Number of distinct hashes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A set of 64-bit hashes with a small value per member (flags, or a stamp), by open addressing.
+///
+/// Made to be reused: [`HashSet64::reset`] empties it in constant time by moving to a new epoch (a
+/// slot whose epoch is not the set's is empty), so a worker's sets neither allocate nor clear memory
+/// per trace once they have grown to the largest trace seen. Keys are hashes already, so one
+/// multiply spreads them over the slots.
+#[derive(Debug, Clone)]
+pub struct HashSet64 {
+    slots: Vec<Slot>,
+    epoch: u32,
+    /// Slots in use minus one (a power of two minus one).
+    mask: usize,
+    /// 64 minus log2 of the slots in use: the multiply's top bits pick the slot.
+    shift: u32,
+    len: usize,
+}
+
+/// One slot, in one cache line access: key, value, and the epoch that makes it live.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    key: u64,
+    value: u32,
+    epoch: u32,
+}
+
+impl Default for HashSet64 {
+    fn default() -> Self {
+        let mut s = Self {
+            slots: Vec::new(),
+            epoch: 0,
+            mask: 0,
+            shift: 0,
+            len: 0,
+        };
+        s.reset(0);
+        s
+    }
+}
+
+impl HashSet64 {
+    /// Empties the set and sizes it for up to `expected` members (at most half full).
+    pub fn reset(&mut self, expected: usize) {
+        let slots = (expected.max(8) * 2).next_power_of_two();
+        if self.slots.len() < slots {
+            self.slots.resize(slots, Slot::default());
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            // Once per 4 billion resets: old epochs could come back to life.
+            self.slots.fill(Slot::default());
+            self.epoch = 1;
+        }
+        self.mask = slots - 1;
+        self.shift = 64 - slots.trailing_zeros();
+        self.len = 0;
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go; and whether it holds it.
+    fn find(&self, key: u64) -> (usize, bool) {
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        loop {
+            let slot = &self.slots[i];
+            if slot.epoch != self.epoch {
+                return (i, false);
+            }
+            if slot.key == key {
+                return (i, true);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Adds `key` with `value` ORed into its value; returns the value it had, `None` when it is new.
+    /// Grows when more than half full, so [`HashSet64::reset`] with the right size avoids that.
+    pub fn insert(&mut self, key: u64, value: u32) -> Option<u32> {
+        if (self.len + 1) * 2 > self.mask + 1 {
+            self.grow();
+        }
+        let (i, present) = self.find(key);
+        let slot = &mut self.slots[i];
+        if present {
+            let old = slot.value;
+            slot.value |= value;
+            Some(old)
+        } else {
+            *slot = Slot {
+                key,
+                value,
+                epoch: self.epoch,
+            };
+            self.len += 1;
+            None
+        }
+    }
+
+    fn grow(&mut self) {
+        let members: Vec<(u64, u32)> = self.iter().collect();
+        self.reset(self.mask + 1);
+        for (k, v) in members {
+            self.insert(k, v);
+        }
+    }
+
+    /// Whether `key` is in the set.
+    pub fn contains(&self, key: u64) -> bool {
+        self.find(key).1
+    }
+
+    /// The value of `key`, when present.
+    pub fn get(&self, key: u64) -> Option<u32> {
+        let (i, present) = self.find(key);
+        present.then(|| self.slots[i].value)
+    }
+
+    /// The value of `key`, to change in place, when present.
+    pub fn value_mut(&mut self, key: u64) -> Option<&mut u32> {
+        let (i, present) = self.find(key);
+        present.then(|| &mut self.slots[i].value)
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Members and their values, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.slots[..=self.mask]
+            .iter()
+            .filter(|s| s.epoch == self.epoch)
+            .map(|s| (s.key, s.value))
+    }
+}
+
+/// The words of `text` as `split_whitespace` counts them. ASCII text (most answers) is counted a
+/// byte at a time without decoding characters: a word starts at a byte that is not whitespace
+/// after one that is (or at the start).
+pub fn word_count(text: &str) -> usize {
+    if !text.is_ascii() {
+        return text.split_whitespace().count();
+    }
+    // ASCII's `char::is_whitespace`: space, \t, \n, vertical tab, form feed, \r.
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+    let bytes = text.as_bytes();
+    // 64 bytes at a time: a word starts at each byte that is no space after one that is (or, for
+    // the first byte of a block, after a space ending the block before; the text starts after one).
+    let mut words = 0;
+    let mut space_before = 1u64;
+    let mut blocks = bytes.chunks_exact(64);
+    for block in &mut blocks {
+        let spaces = byte_mask64(block.try_into().expect("64-byte block"), space);
+        words += (!spaces & (spaces << 1 | space_before)).count_ones() as usize;
+        space_before = spaces >> 63;
+    }
+    let mut after_space = space_before == 1;
+    for &b in blocks.remainder() {
+        let s = space(b);
+        words += usize::from(after_space && !s);
+        after_space = s;
+    }
+    words
+}
+
+/// The sentences of `text`, split at `.`, `!`, `?` or a newline followed by space/end, keeping
+/// decimal numbers ("3.5") and common abbreviations intact enough for scoring. Each sentence is
+/// trimmed; fragments without a letter or digit are skipped.
+pub fn sentences(text: &str) -> Vec<&str> {
+    Sentences::new(text).collect()
+}
+
+/// The iterator behind [`sentences`]: finds candidate ends with `memchr` instead of testing every byte.
+#[derive(Debug, Clone)]
+pub struct Sentences<'a> {
+    text: &'a str,
+    /// Where the current sentence starts.
+    start: usize,
+    /// Where to look for the next candidate end.
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Sentences<'a> {
+    /// Sentences of `text`.
+    pub fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            start: 0,
+            pos: 0,
+            done: false,
+        }
+    }
+
+    /// The next end of a sentence at or after `self.pos` (the index of its final byte).
+    fn next_boundary(&mut self) -> Option<usize> {
+        let bytes = self.text.as_bytes();
+        while self.pos < bytes.len() {
+            let rest = &bytes[self.pos..];
+            let i = self.pos + memchr::memchr3(b'.', b'!', b'?', rest).unwrap_or(rest.len());
+            // A newline always ends a sentence, so a newline before the punctuation comes first.
+            let i = memchr::memchr(b'\n', &bytes[self.pos..i]).map_or(i, |n| self.pos + n);
+            if i >= bytes.len() {
+                self.pos = bytes.len();
+                return None;
+            }
+            self.pos = i + 1;
+            if bytes[i] == b'\n' {
+                return Some(i);
+            }
+            let next_ws = bytes
+                .get(i + 1)
+                .is_none_or(|n| n.is_ascii_whitespace() || *n == b'"');
+            // "e.g." and single initials: a one-letter word before the dot is not an end.
+            let short_word = i >= 2
+                && bytes[i - 1].is_ascii_alphabetic()
+                && !bytes[i - 2].is_ascii_alphanumeric();
+            if next_ws && !short_word {
+                return Some(i);
+            }
+        }
+        None
+    }
+}
+
+impl<'a> Iterator for Sentences<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        while !self.done {
+            let s = match self.next_boundary() {
+                Some(i) => {
+                    let s = &self.text[self.start..=i];
+                    self.start = i + 1;
+                    s
+                }
+                None => {
+                    self.done = true;
+                    &self.text[self.start..]
+                }
+            };
+            let s = s.trim();
+            if has_alphanumeric(s) {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// `s.chars().any(char::is_alphanumeric)`, with the ASCII answer found without decoding.
+fn has_alphanumeric(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_alphanumeric())
+        || (!s.is_ascii() && s.chars().any(char::is_alphanumeric))
+}
+
 /// What a byte starts in the tokenizer: a number, a word (a letter or a non-ASCII byte), or the
 /// end of a clause. Which bytes continue a word is [`is_word_byte`]'s.
 const DIGIT: u8 = 1;
@@ -357,8 +644,7 @@ static CLASS: [u8; 256] = {
 
 /// Content tokens of `text`: stopwords dropped, lowercased, lightly stemmed, numbers normalised
 /// ("1,200" and "1200" agree; "5%" is "5"; "$3.50" is "3.50"). Appends to `out`.
-#[cfg(test)]
-pub(crate) fn content_tokens(text: &str, out: &mut Vec<Token>) {
+pub fn content_tokens(text: &str, out: &mut Vec<Token>) {
     Tokenizer::default().tokens(text, out);
 }
 
@@ -557,7 +843,7 @@ fn word_mask64(block: &[u8; 64]) -> u64 {
 /// that the compiler vectorises the classification (a flag byte per byte); one multiply then
 /// gathers eight flags.
 #[inline(always)]
-pub(super) fn byte_mask64(block: &[u8; 64], class: impl Fn(u8) -> bool) -> u64 {
+fn byte_mask64(block: &[u8; 64], class: impl Fn(u8) -> bool) -> u64 {
     let flags: [u8; 64] = std::array::from_fn(|j| u8::from(class(block[j])));
     let mut mask = 0;
     for (k, eight) in flags.as_chunks::<8>().0.iter().enumerate() {
@@ -862,10 +1148,44 @@ pub fn trigram(a: u64, b: u64, c: u64) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn words_counted_as_split_whitespace_counts_them() {
+        for text in [
+            "",
+            " ",
+            "one",
+            "  two  words ",
+            "tab\tnew\nline\rcr\x0bvt\x0cff",
+            "a\u{85}b\u{a0}c d",
+            "caf\u{e9} au lait",
+            "x\x1fy",
+        ] {
+            assert_eq!(
+                word_count(text),
+                text.split_whitespace().count(),
+                "{text:?}"
+            );
+        }
+    }
+
     fn toks(s: &str) -> Vec<Token> {
         let mut v = Vec::new();
         content_tokens(s, &mut v);
         v
+    }
+
+    #[test]
+    fn sentences_split_but_keep_decimals_and_initials() {
+        assert_eq!(
+            sentences("It costs 3.5 dollars. J. Smith said so! Really?\nYes"),
+            vec![
+                "It costs 3.5 dollars.",
+                "J. Smith said so!",
+                "Really?",
+                "Yes"
+            ]
+        );
+        assert!(sentences("  ... ").is_empty());
     }
 
     #[test]
@@ -901,6 +1221,13 @@ mod tests {
         assert!(!t[0].name);
         assert!(t[1].name && t[2].name);
         assert!(!t[3].name);
+    }
+
+    #[test]
+    fn token_set_membership() {
+        let s = TokenSet::from_hashes(vec![5, 1, 5, 3]);
+        assert_eq!(s.len(), 3);
+        assert!(s.contains(3) && !s.contains(4));
     }
 
     #[test]
@@ -965,6 +1292,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn hash_set_counts_distinct_members_and_grows() {
+        let mut s = HashSet64::default();
+        s.reset(2);
+        for k in [0u64, 7, 7, 0, 1 << 63, 42] {
+            s.insert(k, 1);
+        }
+        assert_eq!(s.len(), 4);
+        assert!(s.contains(0) && s.contains(7) && !s.contains(8));
+        assert_eq!(s.iter().count(), 4);
+        for k in 100..1100u64 {
+            s.insert(k * 0x1234_5678_9abc, 2);
+        }
+        assert_eq!(s.len(), 1004);
+        assert_eq!(s.get(7), Some(1));
+        assert_eq!(s.get(100 * 0x1234_5678_9abc), Some(2));
+        *s.value_mut(7).unwrap() = 5;
+        assert_eq!(s.insert(7, 2), Some(5));
+        assert_eq!(s.get(7), Some(7));
+        assert_eq!(s.value_mut(8), None);
+        s.reset(3);
+        assert!(s.is_empty() && !s.contains(7) && !s.contains(0));
+    }
+
     /// The byte-at-a-time tokenizer, as first written: the reference every faster scan must match
     /// token for token (no word cache, no chunked scans; Unicode lowercasing for every word).
     fn reference_tokens(text: &str) -> Vec<Token> {
@@ -1011,6 +1362,41 @@ mod tests {
                 sentence_start |= class & CLAUSE_END != 0;
                 i += 1;
             }
+        }
+        out
+    }
+
+    /// The previous byte-at-a-time splitter, kept as the reference the memchr one must match.
+    fn reference_sentences(text: &str) -> Vec<&str> {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for i in 0..bytes.len() {
+            let b = bytes[i];
+            let boundary = match b {
+                b'\n' => true,
+                b'.' | b'!' | b'?' => {
+                    let next = bytes.get(i + 1).copied();
+                    let prev = if i > 0 { bytes[i - 1] } else { b' ' };
+                    let next_ws = next.is_none_or(|n| n.is_ascii_whitespace() || n == b'"');
+                    let short_word = i >= 2
+                        && prev.is_ascii_alphabetic()
+                        && !bytes[i - 2].is_ascii_alphanumeric();
+                    next_ws && !short_word
+                }
+                _ => false,
+            };
+            if boundary {
+                let s = text[start..=i].trim();
+                if s.chars().any(char::is_alphanumeric) {
+                    out.push(s);
+                }
+                start = i + 1;
+            }
+        }
+        let rest = text[start..].trim();
+        if rest.chars().any(char::is_alphanumeric) {
+            out.push(rest);
         }
         out
     }
@@ -1064,6 +1450,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Runs of spaces and words that cross 64-byte blocks, as `split_whitespace` counts them.
+        #[test]
+        fn word_count_matches_split_whitespace(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "word", " ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1f", "x.y",
+                    "sixty-three-bytes-of-one-word-that-ends-right-at-the-block-end!",
+                ]),
+                0..60,
+            ),
+        ) {
+            let text = parts.concat();
+            proptest::prop_assert_eq!(word_count(&text), text.split_whitespace().count());
+        }
+
         #[test]
         fn word_scan_matches_the_reference(
             text in proptest::collection::vec(
@@ -1107,6 +1508,19 @@ mod tests {
             tokens.clear();
             tokenizer.tokens(&text, &mut tokens);
             proptest::prop_assert_eq!(tokens, reference_tokens(&text));
+        }
+
+        #[test]
+        fn sentences_match_the_reference(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "B", "e.g.", "3.5", ".", "!", "?", "\n", " ", "\"", "J.", "\u{a0}", "é", "—", "…", "x1", "  ",
+                ]),
+                0..40,
+            )
+        ) {
+            let text: String = parts.concat();
+            proptest::prop_assert_eq!(sentences(&text), reference_sentences(&text));
         }
     }
 }
