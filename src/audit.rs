@@ -1,8 +1,7 @@
 //! The judge audit: is a judge measuring what it claims to? Agreement with human labels (AUROC and
 //! Cohen's kappa at the judge's threshold, each with a seeded bootstrap 95 % interval), verbosity
 //! bias (Spearman correlation of the score with answer length, overall and within each label class:
-//! a judge that rewards length shows it inside a class, where the label is held fixed; and the
-//! verbosity experiment, [`Verbosity`]), and position
+//! a judge that rewards length shows it inside a class, where the label is held fixed), and position
 //! bias (the same traces re-judged with their contexts reversed). Used by `replay --audit`; its
 //! figures are the input of `ragwatch gate` like a replay summary's, keyed by judge instead of
 //! stratum.
@@ -74,72 +73,6 @@ pub struct JudgeAudit {
     pub length_spearman_unfaithful: Option<f64>,
     /// The position check, when the judge re-judged with reversed contexts.
     pub position: Option<PositionCheck>,
-    /// The verbosity experiment.
-    pub verbosity: Option<Verbosity>,
-}
-
-/// The verbosity experiment: what a stream whose answers merely got longer does to the judge's
-/// mean, beside what a real drop in faithfulness does. At 90 % faithful answers, the mean score of
-/// all answers against the mean of answers drawn from the longer half of each label class (above
-/// the class's median length; each class keeps its share); and the mean at 75 % faithful. A judge
-/// that reads length as quality moves its mean as far for the longer answers as for the drop.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Verbosity {
-    /// Mean score at a 90/10 faithful/unfaithful mix, all answers.
-    pub mean_90: f64,
-    /// The same mix drawn from the longer half of each class.
-    pub longer_90: f64,
-    /// Mean score at a 75/25 mix, all answers.
-    pub mean_75: f64,
-}
-
-impl Verbosity {
-    /// The experiment on `samples`; `None` without a scored answer above its class's median length
-    /// in both classes.
-    pub fn compute(samples: &[AuditSample]) -> Option<Verbosity> {
-        let class = |faithful: bool| -> Option<(f64, f64)> {
-            let mut of: Vec<&AuditSample> =
-                samples.iter().filter(|s| s.faithful == faithful).collect();
-            if of.is_empty() {
-                return None;
-            }
-            of.sort_by(|a, b| a.answer_words.total_cmp(&b.answer_words));
-            let words: Vec<f64> = of.iter().map(|s| s.answer_words).collect();
-            let median = quantile(&words, 0.5);
-            let mean = |v: &[&AuditSample]| v.iter().map(|s| s.score).sum::<f64>() / v.len() as f64;
-            let longer: Vec<&AuditSample> = of
-                .iter()
-                .copied()
-                .filter(|s| s.answer_words > median)
-                .collect();
-            (!longer.is_empty()).then(|| (mean(&of), mean(&longer)))
-        };
-        let (faithful, faithful_longer) = class(true)?;
-        let (unfaithful, unfaithful_longer) = class(false)?;
-        let mix = |share: f64, f: f64, u: f64| share * f + (1.0 - share) * u;
-        Some(Verbosity {
-            mean_90: mix(0.9, faithful, unfaithful),
-            longer_90: mix(0.9, faithful_longer, unfaithful_longer),
-            mean_75: mix(0.75, faithful, unfaithful),
-        })
-    }
-
-    /// How far the longer answers move the mean (negative: down).
-    pub fn shift(&self) -> f64 {
-        self.longer_90 - self.mean_90
-    }
-
-    /// How far the real drop moves it.
-    pub fn drop(&self) -> f64 {
-        self.mean_75 - self.mean_90
-    }
-
-    /// |shift| / |drop|: below 1/3, a stream that got longer moves the mean by less than a third
-    /// of what losing 15 points of faithfulness does. `None` when the drop does not move it.
-    pub fn ratio(&self) -> Option<f64> {
-        let drop = self.drop().abs();
-        (drop > 0.0).then(|| self.shift().abs() / drop)
-    }
 }
 
 /// Average ranks (1-based) of `v`: tied values share the mean of the ranks they span.
@@ -150,8 +83,7 @@ pub fn ranks(v: &[f64]) -> Vec<f64> {
     let mut i = 0;
     while i < order.len() {
         let mut j = i;
-        // total_cmp, not ==: a NaN equals itself here, so it cannot stall the loop.
-        while j < order.len() && v[order[j]].total_cmp(&v[order[i]]).is_eq() {
+        while j < order.len() && v[order[j]] == v[order[i]] {
             j += 1;
         }
         let avg = (i + 1 + j) as f64 / 2.0;
@@ -283,7 +215,6 @@ impl JudgeAudit {
             length_spearman_faithful: length_rho(Some(true)),
             length_spearman_unfaithful: length_rho(Some(false)),
             position: position(samples, threshold),
-            verbosity: Verbosity::compute(samples),
         }
     }
 
@@ -319,11 +250,6 @@ impl JudgeAudit {
             "length_spearman_within_max_abs",
             within.iter().flatten().map(|r| r.abs()).reduce(f64::max),
         );
-        if let Some(v) = self.verbosity {
-            put("verbosity_shift", Some(v.shift()));
-            put("verbosity_drop", Some(v.drop()));
-            put("verbosity_ratio", v.ratio());
-        }
         if let Some(p) = self.position {
             put("position_traces", Some(p.traces as f64));
             put("position_unscored", Some(p.unscored as f64));
@@ -425,7 +351,6 @@ mod tests {
     fn average_ranks_for_ties() {
         assert_eq!(ranks(&[10.0, 20.0, 20.0, 5.0]), vec![2.0, 3.5, 3.5, 1.0]);
         assert_eq!(ranks(&[1.0, 1.0, 1.0]), vec![2.0, 2.0, 2.0]);
-        assert_eq!(ranks(&[f64::NAN, 1.0, f64::NAN]), vec![2.5, 1.0, 2.5]);
     }
 
     #[test]
@@ -505,12 +430,5 @@ mod tests {
         let e = a.auroc.unwrap();
         assert!(e.low.unwrap() <= e.value && e.value <= e.high.unwrap());
         assert_eq!(a.figures()["length_spearman_within_max_abs"], 1.0);
-        // Longer halves (above the class median of 20 words): 0.9 and 0.7. At 90 %: all
-        // 0.9 * 0.7 + 0.1 * 0.4 = 0.67, longer 0.9 * 0.9 + 0.1 * 0.7 = 0.88; at 75 %:
-        // 0.75 * 0.7 + 0.25 * 0.4 = 0.625.
-        let v = a.verbosity.unwrap();
-        assert!((v.mean_90 - 0.67).abs() < 1e-9 && (v.longer_90 - 0.88).abs() < 1e-9);
-        assert!((v.mean_75 - 0.625).abs() < 1e-9);
-        assert!((v.ratio().unwrap() - 0.21 / 0.045).abs() < 1e-9);
     }
 }

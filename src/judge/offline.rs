@@ -53,49 +53,63 @@ macro_rules! features {
 }
 
 features! {
-    /// Share of the answer's content tokens (with repeats) found in the contexts.
-    supported_tokens,
-    /// Share of the answer's content tokens found neither in the contexts nor in the question.
-    novel_tokens,
-    /// Share of the answer's content tokens whose five-letter prefix occurs in no context (no
-    /// morphological variant of the word was retrieved either).
-    novel_prefixes,
-    /// Share of the answer's distinct tokens found neither in the contexts nor in the question.
-    novel_distinct,
-    /// Share of the answer's distinct tokens that are long words (7+ letters: specific terms)
-    /// found neither in the contexts nor in the question.
-    novel_long_words,
-    /// Share of the answer's content tokens that are numbers found in no context.
-    novel_numbers,
-    /// Share of the answer's content tokens that are capitalised names found in no context.
-    novel_names,
-    /// Share of the answer's token pairs (within a sentence) found as pairs in the contexts.
-    pair_support,
-    /// Share of the answer's token triples found as triples in the contexts.
-    triple_support,
-    /// Mean over the answer's sentences of the share of their tokens found in the contexts.
+    /// Mean over answer sentences of the share of their content tokens found in the contexts.
     mean_support,
-    /// Mean over sentences of the share of their tokens found neither in the contexts nor in the
-    /// question.
-    mean_novel,
-    /// Mean over sentences of the longest run of consecutive tokens absent from the contexts, as a
-    /// share of the sentence's tokens.
-    novel_run,
+    /// The least supported sentence's support.
+    min_support,
     /// Share of sentences with support below one half.
-    weak_sentences,
-    /// Share of sentences with no token outside the contexts and the question.
-    clean_sentences,
+    weak_sentence_share,
+    /// Share of the answer's token pairs found as pairs in the contexts.
+    bigram_support,
+    /// ln(1 + numbers in the answer found in no context).
+    novel_numbers,
+    /// ln(1 + capitalised names in the answer found in no context).
+    novel_names,
+    /// Share of the answer's distinct tokens found neither in the contexts nor in the question.
+    novel_token_share,
+    /// ln(1 + answer content tokens).
+    answer_len,
+    /// ln(1 + context content tokens).
+    context_len,
+    /// Hedging words per answer sentence.
+    hedges,
     /// Share of the question's tokens that the answer uses.
     query_overlap,
+    /// 1 when the answer declines to answer.
+    refusal,
+    /// Citations that point at no retrieved context.
+    bad_citations,
+    /// Share of all answer tokens (not per sentence) found in the contexts.
+    token_support,
+    /// ln(1 + distinct answer tokens found neither in the contexts nor in the question).
+    novel_tokens,
+    /// ln(1 + the longest run of consecutive answer tokens absent from the contexts).
+    longest_novel_run,
+    /// Share of the answer's token triples found as triples in the contexts.
+    trigram_support,
+    /// ln(1 + sentences with support below one half).
+    weak_sentences,
+    /// ln(1 + answer sentences).
+    sentences,
+    /// Share of distinct answer tokens whose five-letter prefix occurs in no context.
+    novel_prefix_share,
+    /// Support of the answer's last sentence (add-on sentences are where baseless detail goes).
+    last_support,
+    /// Advice and generic add-on phrases per sentence ("it is important", "consult", "recommend").
+    advice,
+    /// ln(answer tokens / context tokens), answers long for their evidence invent more.
+    length_ratio,
+    /// ln(1 + distinct answer token pairs found in no context).
+    novel_bigrams,
+    /// ln(1 + distinct long (7+ letters) answer words found in no context: specific terms).
+    novel_long_words,
     /// Share of the question's tokens found in the contexts: low when retrieval missed, which is
     /// when generators make things up.
     query_context_overlap,
-    /// Hedging words per sentence.
-    hedges,
-    /// Advice and generic add-on phrases per sentence ("it is important", "consult", "recommend").
-    advice,
-    /// Share of the answer's citations that name no retrieved context (0 without citations).
-    bad_citations,
+    /// ln(1 + the most novel tokens in any one sentence).
+    max_novel_in_sentence,
+    /// Share of sentences with no token outside the contexts and the question.
+    clean_sentence_share,
 }
 
 /// Feature indices in name order: `details.features` is a JSON object, which serde_json keeps
@@ -115,8 +129,6 @@ pub struct Extraction {
     pub citations: Citations,
     /// Answer sentences with at least one content token (claims).
     pub sentences: usize,
-    /// The answer declines to answer (a refusal phrase in an answer of at most 60 content tokens).
-    pub refusal: bool,
     /// For each retrieved context, the share of the question's distinct terms it contains, averaged
     /// with rank weights 1/rank (a useful context at rank 1 counts more than at rank 5). A cheap
     /// proxy for RAGAS's reference-free context precision; `None` without contexts or question terms.
@@ -308,7 +320,7 @@ impl OfflineJudge {
     pub fn score_with(&self, trace: &Trace, scratch: &mut Scratch) -> OfflineScore {
         let extraction = extract_with(trace, scratch);
         let features = &extraction.features;
-        let refusal = extraction.refusal;
+        let refusal = features.refusal > 0.0;
         let faithfulness = if extraction.sentences == 0 || refusal {
             None
         } else {
@@ -361,8 +373,12 @@ impl Scratch {
 /// `COUNTED` a novel pair already counted.
 const IN_CONTEXT: u32 = 1;
 const NOVEL: u32 = 2;
-const NOVEL_LONG: u32 = 4;
-const NOVEL_FLAGS: [u32; 2] = [NOVEL, NOVEL_LONG];
+const NOVEL_NUMBER: u32 = 4;
+const NOVEL_NAME: u32 = 8;
+const NOVEL_LONG: u32 = 16;
+const NOVEL_PREFIX: u32 = 32;
+const COUNTED: u32 = 64;
+const NOVEL_FLAGS: [u32; 5] = [NOVEL, NOVEL_NUMBER, NOVEL_NAME, NOVEL_LONG, NOVEL_PREFIX];
 
 /// The answer's tokens by sentence, and small sets of what the contexts are checked for.
 ///
@@ -452,27 +468,41 @@ impl AnswerIndex {
 
     /// Every per-sentence and per-token count, once the contexts have been marked.
     fn stats(&mut self, query: &QueryIndex) -> AnswerStats {
-        let mut s = AnswerStats::default();
+        let mut s = AnswerStats {
+            min_support: 1.0,
+            ..AnswerStats::default()
+        };
+        let mut run = 0usize;
         for span in &self.sentences {
             let sent = &self.tokens[span.clone()];
-            let (mut found, mut novel_here, mut run, mut longest) =
-                (0usize, 0usize, 0usize, 0usize);
+            let (mut found, mut novel_here) = (0usize, 0usize);
             for t in sent {
                 let in_ctx = Self::in_context(&self.hashes, t.hash);
                 let novel = !in_ctx && !query.hashes.contains(t.hash);
                 found += usize::from(in_ctx);
                 novel_here += usize::from(novel);
-                run = if in_ctx { 0 } else { run + 1 };
-                longest = longest.max(run);
-                s.novel_numbers += usize::from(!in_ctx && t.number);
-                s.novel_names += usize::from(!in_ctx && t.name && !t.number);
-                s.novel_prefixes += usize::from(!Self::in_context(&self.prefixes, t.prefix));
+                // Runs of unsupported tokens continue across sentences.
+                if in_ctx {
+                    run = 0;
+                } else {
+                    run += 1;
+                    s.longest_run = s.longest_run.max(run);
+                }
                 let mut flags = 0;
                 if novel {
                     flags |= NOVEL;
                     if t.long {
                         flags |= NOVEL_LONG;
                     }
+                }
+                if !in_ctx && t.number {
+                    flags |= NOVEL_NUMBER;
+                }
+                if !in_ctx && t.name && !t.number {
+                    flags |= NOVEL_NAME;
+                }
+                if !Self::in_context(&self.prefixes, t.prefix) {
+                    flags |= NOVEL_PREFIX;
                 }
                 // A distinct token counts for a flag when any of its occurrences has it.
                 if let Some(v) = self.hashes.value_mut(t.hash) {
@@ -482,19 +512,22 @@ impl AnswerIndex {
                     *v |= flags;
                 }
             }
-            let len = sent.len() as f64;
             s.in_context += found;
-            s.novel += novel_here;
-            let support = found as f64 / len;
+            let support = found as f64 / sent.len() as f64;
             s.support_sum += support;
-            s.novel_sum += novel_here as f64 / len;
-            s.run_sum += longest as f64 / len;
+            s.last_support = support;
+            s.min_support = s.min_support.min(support);
             s.weak += usize::from(support < 0.5);
-            s.clean += usize::from(novel_here == 0);
             for w in sent.windows(2) {
                 s.pairs += 1;
-                s.pairs_found +=
-                    usize::from(Self::in_context(&self.pairs, bigram(w[0].hash, w[1].hash)));
+                if let Some(v) = self.pairs.value_mut(bigram(w[0].hash, w[1].hash)) {
+                    if *v & IN_CONTEXT != 0 {
+                        s.pairs_found += 1;
+                    } else if *v & COUNTED == 0 {
+                        *v |= COUNTED;
+                        s.novel_pairs += 1;
+                    }
+                }
             }
             for w in sent.windows(3) {
                 s.triples += 1;
@@ -503,6 +536,8 @@ impl AnswerIndex {
                     trigram(w[0].hash, w[1].hash, w[2].hash),
                 ));
             }
+            s.max_novel = s.max_novel.max(novel_here);
+            s.clean += usize::from(novel_here == 0);
             s.sentences += 1;
         }
         s
@@ -589,26 +624,23 @@ fn has_bit(bits: &[u64; 16], hash: u64) -> bool {
 #[derive(Debug, Default)]
 struct AnswerStats {
     sentences: usize,
-    /// Sums over sentences of each one's share of supported tokens, of novel tokens, and of its
-    /// longest unsupported run.
     support_sum: f64,
-    novel_sum: f64,
-    run_sum: f64,
+    last_support: f64,
+    min_support: f64,
     weak: usize,
-    clean: usize,
     pairs: usize,
     pairs_found: usize,
+    /// Distinct answer pairs found in no context.
+    novel_pairs: usize,
     triples: usize,
     triples_found: usize,
-    /// Answer tokens (with repeats) found in the contexts; in neither the contexts nor the
-    /// question; whose prefix is in no context; numbers and names in no context.
+    longest_run: usize,
+    max_novel: usize,
+    clean: usize,
+    /// Answer tokens found in the contexts (with repeats).
     in_context: usize,
-    novel: usize,
-    novel_prefixes: usize,
-    novel_numbers: usize,
-    novel_names: usize,
     /// Distinct answer tokens per flag of [`NOVEL_FLAGS`].
-    novel_distinct: [usize; 2],
+    novel_distinct: [usize; 5],
 }
 
 /// The question's tokens and their distinct hashes, each with the 1-based rank of the last context
@@ -701,6 +733,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     answer.build(&trace.answer, tokenizer);
     query.build(&trace.query, tokenizer);
     let filter = Filter::of(answer, query);
+    let mut context_tokens = 0;
     let mut stream = ContextStream::default();
     // The contexts stream through once, token by token, without being stored.
     for (rank, c) in trace.contexts.iter().enumerate() {
@@ -709,6 +742,7 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
         // Most context tokens fail the filter: that path stays inlined in the tokenizer's loop,
         // the lookups are out of line.
         tokenizer.each_token(&c.text, |t| {
+            context_tokens += 1;
             if filter.may_matter(&t) {
                 hits += usize::from(mark_context_token(&t, rank, answer, query, &mut stream));
             } else {
@@ -720,25 +754,25 @@ pub fn extract_with(trace: &Trace, scratch: &mut Scratch) -> Extraction {
     let stats = answer.stats(query);
     let phrases = Phrases::scan(&trace.answer);
     let citations = citations(trace);
-    let features = features(&stats, answer, query, phrases, citations);
+    let features = features(&stats, answer, context_tokens, query, phrases, citations);
     Extraction {
         features,
         citations,
         sentences: stats.sentences,
-        refusal: answer.tokens.len() <= 60 && phrases.refusal,
         context_relevance: query.context_relevance(trace.contexts.len()),
     }
 }
 
-/// Puts the counts together into the signals: every one a share or a mean over sentences, so an
-/// answer twice as long with the same supported share has the same features.
+/// Puts the counts together into the signals; the arithmetic is the trained model's, step for step.
 fn features(
     s: &AnswerStats,
     answer: &AnswerIndex,
+    context_tokens: usize,
     query: &QueryIndex,
     phrases: Phrases,
     citations: Citations,
 ) -> Features {
+    let ln_1p = |n: usize| (n as f64).ln_1p();
     let share = |part: usize, whole: usize| {
         if whole == 0 {
             0.0
@@ -748,47 +782,51 @@ fn features(
     };
     let n_tokens = answer.tokens.len();
     let distinct = answer.hashes.len();
-    let [novel_distinct, novel_long] = s.novel_distinct;
-    let mut f = Features {
-        supported_tokens: share(s.in_context, n_tokens),
-        novel_tokens: share(s.novel, n_tokens),
-        novel_prefixes: share(s.novel_prefixes, n_tokens),
-        novel_distinct: share(novel_distinct, distinct),
-        novel_long_words: share(novel_long, distinct),
-        novel_numbers: share(s.novel_numbers, n_tokens),
-        novel_names: share(s.novel_names, n_tokens),
-        ..Features::default()
-    };
+    let [novel, novel_numbers, novel_names, novel_long, novel_prefix] = s.novel_distinct;
+    let mut f = Features::default();
     if s.sentences > 0 {
         let n = s.sentences as f64;
         f.mean_support = s.support_sum / n;
-        f.mean_novel = s.novel_sum / n;
-        f.novel_run = s.run_sum / n;
-        f.weak_sentences = s.weak as f64 / n;
-        f.clean_sentences = s.clean as f64 / n;
+        f.min_support = s.min_support;
+        f.weak_sentence_share = s.weak as f64 / n;
         f.hedges = phrases.hedges as f64 / n;
         f.advice = phrases.advice as f64 / n;
     }
-    f.pair_support = if s.pairs > 0 {
-        share(s.pairs_found, s.pairs)
+    f.last_support = s.last_support;
+    f.bigram_support = if s.pairs > 0 {
+        s.pairs_found as f64 / s.pairs as f64
     } else {
         f.mean_support
     };
-    f.triple_support = if s.triples > 0 {
-        share(s.triples_found, s.triples)
+    f.trigram_support = if s.triples > 0 {
+        s.triples_found as f64 / s.triples as f64
     } else {
-        f.pair_support
+        f.bigram_support
     };
+    f.novel_numbers = ln_1p(novel_numbers);
+    f.novel_names = ln_1p(novel_names);
+    f.novel_tokens = ln_1p(novel);
+    f.novel_token_share = share(novel, distinct);
+    f.answer_len = ln_1p(n_tokens);
+    f.novel_bigrams = ln_1p(s.novel_pairs);
+    f.novel_long_words = ln_1p(novel_long);
+    f.context_len = ln_1p(context_tokens);
+    f.length_ratio = f.answer_len - f.context_len;
+    f.novel_prefix_share = share(novel_prefix, distinct);
+    f.token_support = share(s.in_context, n_tokens);
+    f.longest_novel_run = ln_1p(s.longest_run);
+    f.max_novel_in_sentence = ln_1p(s.max_novel);
+    f.clean_sentence_share = share(s.clean, s.sentences);
     let q = &query.tokens;
     f.query_context_overlap = share(query.in_context(), q.len());
     f.query_overlap = share(
         q.iter().filter(|t| answer.hashes.contains(t.hash)).count(),
         q.len(),
     );
-    f.bad_citations = share(
-        (citations.total - citations.valid) as usize,
-        citations.total as usize,
-    );
+    f.weak_sentences = ln_1p(s.weak);
+    f.sentences = ln_1p(s.sentences);
+    f.refusal = f64::from(u8::from(n_tokens <= 60 && phrases.refusal));
+    f.bad_citations = f64::from(citations.total - citations.valid);
     f
 }
 
@@ -1076,10 +1114,8 @@ mod tests {
             "It began in 2023 and Smith said 1999.",
         ))
         .features;
-        // Tokens: began, 2023, smith, said, 1999; 2023 is in the context.
-        let tokens = 5.0;
-        assert_eq!(f.novel_numbers, 1.0 / tokens);
-        assert_eq!(f.novel_names, 1.0 / tokens);
+        assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
+        assert!((f.novel_names - 1f64.ln_1p()).abs() < 1e-12);
     }
 
     #[test]
@@ -1277,7 +1313,7 @@ mod model_tests {
             .iter()
             .map(|(q, a)| j.judge(&trace(q, ctx, a)).faithfulness().unwrap())
             .collect();
-        let recorded = [0.8422864418092282, 0.6516883405926945, 0.011559838604120779];
+        let recorded = [0.9841736514348308, 0.9366253418069969, 0.23455436942949645];
         for (g, r) in got.iter().zip(recorded) {
             assert!((g - r).abs() < 1e-12, "scores changed: {got:?}");
         }
@@ -1310,14 +1346,7 @@ mod model_tests {
         let date = committed.report["trained"].as_str().unwrap().to_owned();
         let model = super::super::trainer::train(&examples, &cfg, "ragtruth_qa_train.jsonl", &date);
         assert_eq!(model, committed);
-        let report = &model.report;
-        let figure = |name: &str| report[name].as_f64().unwrap();
-        assert!(figure("cv_auroc_pooled") >= 0.74, "{report}");
-        for class in ["faithful", "unfaithful"] {
-            let rho = figure(&format!("cv_length_spearman_{class}"));
-            assert!(rho.abs() <= 0.1, "{class} {rho}");
-        }
-        assert!(figure("cv_verbosity_ratio") < 1.0 / 3.0, "{report}");
+        assert!(model.report["cv_auroc_pooled"].as_f64().unwrap() >= 0.78);
     }
 
     #[test]
@@ -1329,9 +1358,9 @@ mod model_tests {
             "Water boils at 100 degrees Celsius at sea level.",
         ))
         .features;
-        assert_eq!(f.supported_tokens, 1.0);
+        assert_eq!(f.token_support, 1.0);
         assert_eq!(f.novel_tokens, 0.0);
-        assert_eq!(f.clean_sentences, 1.0);
+        assert_eq!(f.clean_sentence_share, 1.0);
         assert!(f.query_context_overlap > 0.5);
         let f = extract(&trace(
             "q",
@@ -1339,8 +1368,9 @@ mod model_tests {
             "Water boils at 90 degrees. It may possibly vary. It is important to consult a chemist.",
         ))
         .features;
-        assert!(f.novel_numbers > 0.0);
+        assert!((f.novel_numbers - 1f64.ln_1p()).abs() < 1e-12);
         assert!(f.hedges > 0.0 && f.advice > 0.0);
         assert!(f.weak_sentences > 0.0 && f.novel_long_words > 0.0);
+        assert!(f.last_support < 0.5);
     }
 }
