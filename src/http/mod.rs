@@ -1,6 +1,6 @@
 //! The admin HTTP server, read-only: `/metrics` (Prometheus text format; OpenMetrics with exemplars
 //! when the scraper's `Accept` header prefers it, as Prometheus's does), `/livez` and `/readyz`.
-//! Writes (`POST /v1/traces`, `POST /v1/labels`) are served on the write listener ([`write`]), with
+//! Writes (`POST /v1/traces`, `POST /v1/labels`) are served on the write listener ([`mod@write`]), with
 //! credentials ([`auth`]), on a port of their own.
 //!
 //! Liveness and readiness describe this process only. A sidecar whose readiness followed Kafka or the
