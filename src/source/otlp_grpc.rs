@@ -100,7 +100,7 @@ impl Decoder for RawCodec {
     }
 }
 
-/// The service every call reaches: one unary method, everything else UNIMPLEMENTED.
+/// The service behind `TraceService/Export`.
 #[derive(Clone)]
 struct TraceService(GrpcReceiver);
 
@@ -120,15 +120,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // Mounted on EXPORT_PATH only (`routes`): another method never reaches here.
         let receiver = self.0.clone();
-        if request.uri().path() != EXPORT_PATH {
-            receiver.outcome("unsupported");
-            let status = Status::unimplemented(format!(
-                "{} is not served here (only {EXPORT_PATH})",
-                request.uri().path()
-            ));
-            return Box::pin(async move { Ok(status.into_http()) });
-        }
         Box::pin(async move {
             let reached = Arc::new(AtomicBool::new(false));
             let mut grpc = Grpc::new(RawCodec)
