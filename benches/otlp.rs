@@ -24,10 +24,11 @@ use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value::Value as V};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
-use ragwatch::config::{Config, TraceFormat};
+use ragwatch::config::Config;
 use ragwatch::pipeline::{Pipeline, Position, Shared};
 use ragwatch::source::{Ingest, SpanIngest};
 use ragwatch::trace::otlp::build::{self, attr as kv, str_attr as s};
+use ragwatch::trace::otlp::config::TraceFormat;
 use ragwatch::trace::otlp::{Assembler, decode_request};
 
 /// The calling thread's CPU time in nanoseconds.

@@ -10,10 +10,11 @@
 use std::collections::HashMap;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ragwatch::config::{DecodeConfig, RedactConfig, RedactMode, RedactPattern};
 use ragwatch::judge::OfflineJudge;
+use ragwatch::redact::config::{RedactConfig, RedactMode, RedactPattern};
 use ragwatch::redact::{Counts, Redactor};
 use ragwatch::trace::Decoder;
+use ragwatch::trace::config::DecodeConfig;
 
 fn trace_json(pii: bool) -> String {
     let (mail, card, key, phone, ip) = if pii {

@@ -17,16 +17,16 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, SampledJudge, SourceKind};
+use crate::config::Config;
 use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
+use crate::judge::config::SampledJudge;
 use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge};
 use crate::pipeline::{Pipeline, PoolJudge, run_pool};
 use crate::recorder::Shared;
-use crate::source::{
-    FileSource, Ingest, KafkaSource, OtlpReceiver, Source, SourceError, SpanIngest,
-};
+use crate::source::config::SourceKind;
+use crate::source::{FileSource, Ingest, OtlpReceiver, Source, SourceError, SpanIngest};
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,9 @@ pub enum RunError {
     /// The LLM judge could not be set up.
     #[error("llm judge: {0}")]
     Judge(#[from] crate::judge::llm::LlmSetupError),
+    /// The config does not say what to run.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// A task of the running monitor panicked: what it had in hand may not be accounted for.
     #[error("the {0} task failed: {1}")]
     Task(&'static str, String),
@@ -58,6 +61,7 @@ pub async fn run(
     env: HashMap<String, String>,
     stop: CancellationToken,
 ) -> Result<(), RunError> {
+    let kind = config.source_kind()?;
     let shared = Shared::new(&config);
     let ready = Arc::new(AtomicBool::new(false));
     let server_stop = CancellationToken::new();
@@ -115,7 +119,7 @@ pub async fn run(
                 judge,
                 config.judge.workers,
                 rx,
-                (config.source.kind == SourceKind::Kafka).then_some(ack_tx),
+                (kind == SourceKind::Kafka).then_some(ack_tx),
                 shared.clone(),
                 abandon.clone(),
             ));
@@ -148,7 +152,7 @@ pub async fn run(
 
     // The write listener: the OTLP receiver's route (whose requests the source below takes) and
     // the labels endpoint, each when on. It stops when the source ends.
-    let (traces, otlp) = if config.source.kind == SourceKind::Otlp {
+    let (traces, otlp) = if kind == SourceKind::Otlp {
         let (routes, receiver) = OtlpReceiver::routes(
             &config.otlp,
             config.assembly.max_spans_per_message,
@@ -171,7 +175,7 @@ pub async fn run(
 
     let pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(source = ?config.source.kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
+    tracing::info!(source = ?kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
     // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
     let result = match (otlp, config.decode.format.is_otlp()) {
@@ -240,7 +244,8 @@ fn spawn_label_source(
     );
     Some(tokio::spawn(async move {
         if let Err(e) =
-            crate::source::run_label_source(&kafka, &topic, &group, &env, shared, &stop).await
+            crate::source::kafka::run_label_source(&kafka, &topic, &group, &env, shared, &stop)
+                .await
         {
             tracing::error!(error = %e, topic, "label source failed: no labels from Kafka; traces are monitored all the same");
         }
@@ -258,8 +263,8 @@ async fn feed<I: Ingest>(
     stop: &CancellationToken,
 ) -> Result<(), SourceError> {
     match config.source.kind {
-        SourceKind::Kafka => {
-            let source = KafkaSource {
+        Some(SourceKind::Kafka) => {
+            let source = crate::source::kafka::KafkaSource {
                 config: &config.kafka,
                 env,
                 metrics: Arc::clone(&shared.metrics),
@@ -268,7 +273,7 @@ async fn feed<I: Ingest>(
             };
             source.run(ingest, stop).await.map(|_| ())
         }
-        SourceKind::File | SourceKind::Stdin | SourceKind::Otlp => {
+        _ => {
             let source = FileSource {
                 config: &config.source,
                 decode: &config.decode,

@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use crate::config::{Config, DecodeConfig};
+use crate::config::Config;
 use crate::judge::{Metric, OfflineJudge};
 use crate::sample::Stratifier;
+use crate::trace::config::DecodeConfig;
 use crate::trace::{Decoder, RejectReason};
 
 struct Checked {

@@ -22,7 +22,7 @@
 //! ```
 //!
 //! # Layers
-//! Dependencies point down only (`tests/layering.rs` fails on an upward `crate::` reference):
+//! Dependencies point down only (`tests/it/layering.rs` fails on an upward `crate::` reference):
 //! ```text
 //! app, http, replay, gate, fuzzing     entry points and wiring
 //! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
@@ -33,21 +33,23 @@
 //! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
-//! config                               TOML, overrides, validate()
+//! config                               TOML, overrides, validate(); sections in <component>/config.rs
 //! labels, clock                        metric/judge/stratum labels; the wall clock
 //! ```
 //! A new judge metric: a variant of [`labels::Metric`] with its row in `Metric::spec` (histogram
 //! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
 //! rings, histogram, gauges, estimate, verdict records, replay summary and the generic recording
-//! rules follow from `Metric::ALL` (`tests/layering.rs` fails if other code names a metric). A new
+//! rules follow from `Metric::ALL` (`tests/it/layering.rs` fails if other code names a metric). A new
 //! source kind: a `source::Source` implementation in its own file, a `SourceKind` variant with its
 //! config section, and one arm in `app.rs`.
 //!
 //! # Modules
 //! - [`labels`]: the bounded label sets (metric, judge, stratum ids).
 //! - [`clock`]: the wall clock, read in one place.
-//! - [`config`]: TOML config, `RAGWATCH__SECTION__KEY` overrides, `validate()`; drift rules keyed by
-//!   (metric, judge).
+//! - [`config`]: composes the sections into one [`config::Config`]: TOML, `RAGWATCH__SECTION__KEY`
+//!   overrides, `validate()` reporting every problem at once. Each section's types, defaults and
+//!   own checks sit beside the component that reads them (`source/kafka/config.rs`,
+//!   `judge/llm/config.rs`, `window/config/`...); `tests/it/layering.rs` keeps them plain data.
 //! - [`trace`]: the trace model (its metadata kept as checked JSON text until a field is read), its
 //!   decoder with limits and reject reasons, OTLP span assembly.
 //! - [`redact`]: e-mail, phone, card (Luhn), secret and IP patterns and the config's own, masked

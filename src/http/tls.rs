@@ -12,7 +12,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::{ClientAuth, WriteTlsConfig};
+use crate::http::write::config::{ClientAuth, WriteTlsConfig};
 
 /// Why a TLS configuration could not be built. Names files, never shows key material.
 #[derive(Debug, thiserror::Error)]

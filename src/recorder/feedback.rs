@@ -23,10 +23,10 @@ use std::sync::Mutex;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::config::LabelsConfig;
 use crate::eval::{LABEL_SCORE_BOUNDS, auroc_binned, label_score_bucket};
 use crate::labels::{JudgeKind, StratumId};
 use crate::metrics::Metrics;
+use crate::recorder::config::LabelsConfig;
 
 /// What became of one label; a label value of `ragwatch_labels_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 //! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
 //! record through a [`Shared`].
 
+pub mod config;
 mod evaluator;
 mod feedback;
 
@@ -14,7 +15,8 @@ pub use feedback::{Feedback, LabelAuroc, LabelOutcome, parse_label};
 
 use std::sync::{Arc, Mutex};
 
-use crate::config::{Config, SampledJudge};
+use crate::config::Config;
+use crate::judge::config::SampledJudge;
 use crate::judge::{OfflineJudge, Verdict};
 use crate::labels::{JudgeKind, Metric, StratumId};
 use crate::metrics::Metrics;
@@ -36,7 +38,7 @@ pub struct Shared {
     /// The human-label join, when `labels.enabled`.
     pub feedback: Option<Arc<Feedback>>,
     /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
-    families: Arc<(crate::config::AuditConfig, Option<String>)>,
+    families: Arc<(crate::audit::config::AuditConfig, Option<String>)>,
     /// The length-correlation sums' series, resolved once.
     length_moments: Arc<crate::metrics::LengthMoments>,
 }

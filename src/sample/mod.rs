@@ -1,5 +1,6 @@
 //! Stratification and sampling: which stratum a trace belongs to, and whether the costly judge sees it.
 
+pub mod config;
 mod sampler;
 mod stratify;
 

@@ -8,7 +8,7 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::StratumId;
-use crate::config::SampleConfig;
+use crate::sample::config::SampleConfig;
 
 /// Why a trace was or was not sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

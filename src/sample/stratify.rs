@@ -3,8 +3,8 @@
 
 use regex::Regex;
 
-use crate::config::StrataConfig;
 use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
+use crate::sample::config::StrataConfig;
 use crate::trace::Trace;
 
 /// Assigns strata: the trace's own field if declared (else `other`), then config rules, else `default`.
@@ -103,7 +103,7 @@ impl Stratifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::StratumRule;
+    use crate::sample::config::StratumRule;
 
     fn trace(stratum: Option<&str>, query: &str, route: &str) -> Trace {
         Trace {

@@ -10,7 +10,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncSeekExt, BufRe
 use tokio_util::sync::CancellationToken;
 
 use super::{Ingest, SourceError};
-use crate::config::{DecodeConfig, SourceConfig, SourceKind, TraceFormat};
+use crate::source::config::{SourceConfig, SourceKind};
+use crate::trace::config::DecodeConfig;
+use crate::trace::otlp::config::TraceFormat;
 
 /// Reads one line into `buf` (without the newline), keeping at most `max` bytes; the rest of an
 /// over-long line is read and dropped so memory stays bounded. Returns `None` at end of input,
@@ -116,7 +118,7 @@ async fn run_file_source<I: Ingest>(
     let keep = max_message_bytes.saturating_add(1);
     let mut lines = 0u64;
     match config.kind {
-        SourceKind::Stdin => {
+        Some(SourceKind::Stdin) => {
             let mut reader = BufReader::new(tokio::io::stdin());
             let ended = read_all(
                 &mut reader,
@@ -135,7 +137,8 @@ async fn run_file_source<I: Ingest>(
             }
         }
         _ => {
-            let file = open(&config.path).await?;
+            let path = config.path.as_deref().unwrap_or(Path::new(""));
+            let file = open(path).await?;
             let mut reader = BufReader::with_capacity(64 * 1024, file);
             loop {
                 let before = lines;
@@ -161,7 +164,7 @@ async fn run_file_source<I: Ingest>(
                 reader
                     .rewind()
                     .await
-                    .map_err(|e| SourceError::Io(config.path.display().to_string(), e))?;
+                    .map_err(|e| SourceError::Io(path.display().to_string(), e))?;
             }
         }
     }

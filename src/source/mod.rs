@@ -5,15 +5,15 @@
 //! trace), or a [`SpanIngest`] for OTLP formats (one message, many spans of many traces, a trace's
 //! spans across messages), which tells the source which messages are accounted for and when.
 
+pub mod config;
 mod file;
-mod kafka;
+pub mod kafka;
 mod offsets;
 mod otlp;
 mod otlp_grpc;
 mod spans;
 
 pub use file::{FileSource, read_frame_bounded, read_line_bounded};
-pub use kafka::{KafkaSource, run_label_source};
 pub use offsets::OffsetTracker;
 pub use otlp::OtlpReceiver;
 pub use spans::SpanIngest;

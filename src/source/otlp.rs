@@ -35,8 +35,8 @@ use tokio_util::sync::CancellationToken;
 use super::otlp_grpc::GrpcReceiver;
 use super::{Ingest, SourceError, SpanIngest};
 use crate::clock::now_ms;
-use crate::config::{OtlpConfig, TraceFormat};
 use crate::metrics::Metrics;
+use crate::trace::otlp::config::{OtlpConfig, TraceFormat};
 use crate::trace::otlp::{AddStats, decode_request};
 
 /// A decoded request on its way to span assembly, and where to say what became of it.

@@ -32,8 +32,8 @@ use tonic::server::{Grpc, UnaryService};
 use tonic::{Code, Status};
 
 use super::otlp::{Job, NotTaken, partial_success, submit};
-use crate::config::TraceFormat;
 use crate::metrics::Metrics;
+use crate::trace::otlp::config::TraceFormat;
 use crate::trace::otlp::decode_request;
 
 /// The gRPC path of the one method served.

@@ -20,11 +20,12 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::Ingest;
 use crate::clock::now_ms;
-use crate::config::{Config, TraceFormat};
+use crate::config::Config;
 use crate::events;
 use crate::metrics::Metrics;
 use crate::pipeline::{Disposition, Pipeline, Position};
 use crate::trace::DecodeError;
+use crate::trace::otlp::config::TraceFormat;
 use crate::trace::otlp::{AddStats, Assembler, Completed, Outcome, SpanDrop, decode_request};
 
 /// The topic index of the tokens that stand for judge jobs (never a real topic index).

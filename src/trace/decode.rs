@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Context, Metadata, Trace};
-use crate::config::{DecodeConfig, MappingConfig};
+use crate::trace::config::{DecodeConfig, MappingConfig};
 
 /// Why a message was rejected. The label values are stable: dashboards and alerts use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

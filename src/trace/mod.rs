@@ -1,6 +1,7 @@
 //! The trace: one RAG request (question, retrieved contexts, answer, metadata) as ragwatch sees it,
 //! and the decoder that turns raw message bytes into one ([`otlp`]: spans assembled into one).
 
+pub mod config;
 mod decode;
 mod metadata;
 pub mod otlp;

@@ -1,6 +1,6 @@
 //! Drift: the rules that turn window statistics into "this stratum's answers stopped being grounded".
 //!
-//! Three rules, each on the scale of the judge it watches (see `config::drift` for the defaults):
+//! Three rules, each on the scale of the judge it watches (see `window::config` for the defaults):
 //! - `floor`: the short window's upper confidence bound is below an absolute floor;
 //! - `max_drop` (two-sample): the short window's mean is more than `max_drop` below the mean of the
 //!   rest of the baseline window, by more than the confidence half-width of the *difference* (the
@@ -17,7 +17,7 @@
 use super::WindowStats;
 use super::estimate::Estimate;
 use super::ring::Moments;
-use crate::config::{DriftRule, ShiftRule};
+use crate::window::config::{DriftRule, ShiftRule};
 
 /// A drift rule; a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

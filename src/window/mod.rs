@@ -1,6 +1,7 @@
 //! Windows: rolling per-(metric, stratum, judge) statistics over several window lengths, the
 //! combined estimate built from them, and the drift rules evaluated on both.
 
+pub mod config;
 mod diagnosis;
 mod drift;
 pub mod estimate;

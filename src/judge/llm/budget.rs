@@ -21,7 +21,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-use crate::config::BudgetConfig;
+use crate::judge::llm::config::BudgetConfig;
 
 type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
@@ -304,7 +304,7 @@ mod tests {
     /// small-stratum trace is judged, and head gets the rest.
     #[test]
     fn a_flooding_stratum_does_not_starve_a_small_one() {
-        use crate::config::SampleConfig;
+        use crate::sample::config::SampleConfig;
         use crate::sample::{Sampler, SamplerDecision};
         let clock = FakeRelativeClock::default();
         let b = Budget::with_clock(

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
+use crate::judge::llm::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
 use crate::labels::JudgeOutcome;
 
 /// Why a judge call failed. `kind()` is the `outcome` label.

@@ -19,6 +19,7 @@ mod budget;
 mod cache;
 mod canary;
 mod client;
+pub mod config;
 mod mode;
 mod observer;
 mod prompt;
@@ -45,7 +46,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, Metric, PerMetric, Verdict, clean_score};
-use crate::config::{Config, FaithfulnessMode, LlmConfig, StructuredOutput};
+use crate::config::Config;
+use crate::judge::llm::config::{FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::labels::JudgeOutcome;
 use crate::trace::Trace;
 use mode::{ModeState, Probe};

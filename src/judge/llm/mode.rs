@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::config::StructuredOutput;
+use crate::judge::llm::config::StructuredOutput;
 
 /// The modes `auto` tries, in order.
 pub const CHAIN: [StructuredOutput; 4] = [

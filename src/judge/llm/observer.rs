@@ -3,7 +3,7 @@
 //! `run` and `replay` pass, turning each report into its counters and gauges.
 
 use super::client::Usage;
-use crate::config::StructuredOutput;
+use crate::judge::llm::config::StructuredOutput;
 
 /// One `ragwatch_judge_info` series: a judge identity.
 #[derive(Debug, Clone, PartialEq, Eq)]

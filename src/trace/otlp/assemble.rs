@@ -23,7 +23,8 @@ use serde_json::Value;
 
 use super::SpanDrop;
 use super::preset::{Extractor, Kind, SpanFacts, Usage};
-use crate::config::{AssemblyConfig, DecodeConfig};
+use crate::trace::config::DecodeConfig;
+use crate::trace::otlp::config::AssemblyConfig;
 use crate::trace::{Context, DecodeError, Decoder, RejectReason, Trace};
 
 type TraceKey = [u8; 16];
@@ -618,8 +619,8 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Preset;
     use crate::trace::otlp::build::{request, str_attr as s};
+    use crate::trace::otlp::config::Preset;
     use opentelemetry_proto::tonic::common::v1::KeyValue;
     use opentelemetry_proto::tonic::trace::v1::Span;
 

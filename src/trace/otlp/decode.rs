@@ -7,7 +7,7 @@
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
-use crate::config::TraceFormat;
+use crate::trace::otlp::config::TraceFormat;
 use crate::trace::{DecodeError, RejectReason};
 
 /// Decodes one OTLP request of `format`, at most `max_bytes` long and carrying at most `max_spans`

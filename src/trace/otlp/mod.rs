@@ -16,6 +16,7 @@
 
 mod assemble;
 pub mod build;
+pub mod config;
 mod decode;
 mod preset;
 #[cfg(test)]

@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value::Valu
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
 
-use crate::config::Preset;
+use crate::trace::otlp::config::Preset;
 
 /// The RAG role of a span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

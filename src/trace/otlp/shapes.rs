@@ -18,8 +18,9 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::build::{attr, request, str_attr as s};
 use super::{Assembler, Completed, Outcome};
-use crate::config::{AssemblyConfig, DecodeConfig, Preset};
 use crate::trace::Trace;
+use crate::trace::config::DecodeConfig;
+use crate::trace::otlp::config::{AssemblyConfig, Preset};
 
 const Q: &str = "What should I know about the kettle?";
 const A: &str = "From the documents: The Aurora kettle boils a litre of water in three minutes.";

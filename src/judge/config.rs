@@ -1,0 +1,51 @@
+//! The judges and their bounded work queue.
+
+use serde::{Deserialize, Serialize};
+
+/// Which judge scores the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampledJudge {
+    /// No second judge: the sample decision is counted only.
+    None,
+    /// The offline judge, run again on the sample (useful for testing the queue path).
+    Offline,
+    /// The LLM judge (`[llm]`, `[budget]`).
+    Llm,
+}
+
+/// Judges and their bounded work queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeConfig {
+    /// The judge that runs on sampled traces.
+    #[serde(default = "default_sampled_judge")]
+    pub sampled: SampledJudge,
+    /// Sampled traces waiting for a judge; when full, a trace is skipped with reason `queue_full`.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// Concurrent sampled-judge workers.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// Answers whose offline faithfulness is below this count as unfaithful in labelled evaluation.
+    #[serde(default = "default_threshold")]
+    pub faithful_threshold: f64,
+}
+
+crate::config::default_from_serde!(JudgeConfig);
+
+fn default_sampled_judge() -> SampledJudge {
+    SampledJudge::None
+}
+
+fn default_queue_capacity() -> usize {
+    256
+}
+
+fn default_workers() -> usize {
+    4
+}
+
+fn default_threshold() -> f64 {
+    0.5
+}

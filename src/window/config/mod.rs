@@ -1,0 +1,57 @@
+//! Rolling windows (`[windows]`) and drift rules (`[drift]`, in [`drift`]).
+
+use serde::{Deserialize, Serialize};
+
+mod drift;
+
+pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
+
+/// Rolling windows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowsConfig {
+    /// Window lengths in seconds, shortest first. Each is a ring of `buckets` buckets.
+    #[serde(default = "default_window_secs")]
+    pub window_secs: Vec<u64>,
+    /// Buckets per window (resolution: window / buckets).
+    #[serde(default = "default_buckets")]
+    pub buckets: u32,
+    /// The window drift rules watch (must be one of `window_secs`).
+    #[serde(default = "default_short_window")]
+    pub short_secs: u64,
+    /// The baseline window the short one is compared with.
+    #[serde(default = "default_baseline_window")]
+    pub baseline_secs: u64,
+    /// How often window gauges and drift state are recomputed.
+    #[serde(default = "default_evaluate_interval_ms")]
+    pub evaluate_interval_ms: u64,
+    /// z-score of the confidence bound (1.645 is one-sided 95 %).
+    #[serde(default = "default_z")]
+    pub z: f64,
+}
+
+crate::config::default_from_serde!(WindowsConfig);
+
+fn default_window_secs() -> Vec<u64> {
+    vec![300, 3600, 86400]
+}
+
+fn default_buckets() -> u32 {
+    60
+}
+
+fn default_short_window() -> u64 {
+    300
+}
+
+fn default_baseline_window() -> u64 {
+    86400
+}
+
+fn default_evaluate_interval_ms() -> u64 {
+    1000
+}
+
+fn default_z() -> f64 {
+    1.645
+}

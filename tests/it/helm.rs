@@ -1,0 +1,478 @@
+//! deploy/helm/ragwatch: the chart passes Helm's lint with its own values and every values file in
+//! its ci/ folder; each renders (through Helm's own install action) into manifests that validate
+//! against the Kubernetes schemas and pass the same checks as the kustomize overlays (ragwatch's
+//! container restricted on its own, a config change rolls the pods, the records emptyDir above the
+//! records' cap), with a config ragwatch accepts; the PrometheusRule and the AlertmanagerConfig carry
+//! exactly what deploy/ ships; two releases in one namespace share no object name, select none of
+//! each other's pods, and their dashboards differ in uid, title and file; and the runbook's address
+//! is one value.
+//!
+//! Helm's library comes from helm-sdkpy (PyPI), in a venv tests/run.sh makes; its python is
+//! `RAGWATCH_HELM_PYTHON`, else `~/.cache/ragwatch/helm-venv/bin/python`. tests/helm_chart.py says
+//! how it lints and renders without a cluster.
+
+use crate::common::manifests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{pipe, run_ok};
+use manifests::validate;
+use serde_json::{Value, json};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    root().join("deploy/helm/ragwatch")
+}
+
+fn helm_python() -> PathBuf {
+    std::env::var_os("RAGWATCH_HELM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap())
+                .join(".cache/ragwatch/helm-venv/bin/python")
+        })
+}
+
+fn helm_chart(args: &[&str]) -> Vec<Value> {
+    let python = helm_python();
+    assert!(
+        python.exists(),
+        "{} is missing: tests/run.sh installs helm-sdkpy into it",
+        python.display()
+    );
+    let out = run_ok(
+        Command::new(python)
+            .arg(root().join("tests/helm_chart.py"))
+            .args(args)
+            .current_dir(root()),
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The chart's test values files (ci/*.yaml), by path from the repository's root.
+fn values_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(chart().join("ci"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            p.strip_prefix(root()).unwrap().display().to_string()
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    files
+}
+
+/// Helm's rendered manifest for `release` in namespace `rag` with `values` files applied in order
+/// (paths from the repository's root), or the install's error.
+fn render(release: &str, values: &[&str]) -> Result<(String, String), String> {
+    let chart = chart();
+    let mut args = vec!["render", chart.to_str().unwrap(), release, "rag"];
+    args.extend_from_slice(values);
+    let out = helm_chart(&args).pop().unwrap();
+    match out["error"].as_str() {
+        Some(e) => Err(e.to_owned()),
+        None => Ok((
+            out["manifest"].as_str().unwrap().to_owned(),
+            out["notes"].as_str().unwrap().to_owned(),
+        )),
+    }
+}
+
+/// A values file written for one test.
+fn values_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    f
+}
+
+/// The rendered objects, as JSON.
+fn objects(manifest: &str) -> Vec<Value> {
+    let out = pipe(
+        Command::new("python3").arg("-c").arg(
+            "import json, sys, yaml\njson.dump([d for d in yaml.safe_load_all(sys.stdin) if d], sys.stdout)",
+        ),
+        manifest,
+    );
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn check(name: &str, manifest: &str, external_config: Option<&Path>) -> Value {
+    let v = manifests::check(name, manifest, external_config);
+    assert_eq!(v["workloads"].as_array().unwrap().len(), 1, "{name}: {v}");
+    v
+}
+
+/// The chart lints clean (nothing above info) with its own values and every ci/ values file, and
+/// the lint is not toothless: a value against the schema is an error.
+#[test]
+fn the_chart_lints_with_every_values_file() {
+    let chart = chart();
+    let files = values_files();
+    let mut args = vec!["lint", chart.to_str().unwrap(), "default"];
+    args.extend(files.iter().map(String::as_str));
+    let results = helm_chart(&args);
+    assert_eq!(results.len(), files.len() + 1);
+    for r in &results {
+        let worst = r["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[0].as_u64().unwrap())
+            .max()
+            .unwrap_or(0);
+        assert!(worst <= 1, "{r}");
+    }
+    for bad in [
+        "replicas: two\n",
+        "serviceMonitor: {enabled: true, interval: soon}\n",
+        "runbookBaseUrl: https://wiki.example.com/runbook#top\n",
+        "config: {toml: \"[source]\", existingConfigMap: mine}\n",
+        "servicemonitor: {enabled: true}\n",
+    ] {
+        let f = values_file(bad);
+        let r = helm_chart(&["lint", chart.to_str().unwrap(), f.path().to_str().unwrap()]);
+        let errors: Vec<&Value> = r[0]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m[0] == 3)
+            .collect();
+        assert!(errors.iter().any(|m| m[1] == "values.yaml"), "{bad}: {r:?}");
+    }
+}
+
+/// Every values file renders into manifests that validate, pass the kustomize overlays' checks, and
+/// hold a config that ragwatch accepts with the environment the Deployment sets.
+#[test]
+fn every_values_file_renders_validates_and_configures_ragwatch() {
+    let shipped_config = root().join("deploy/kubernetes/base/ragwatch.toml");
+    let mut cases: Vec<Vec<String>> = vec![vec![]];
+    cases.extend(values_files().into_iter().map(|f| vec![f]));
+    for values in cases {
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        let name = format!("{refs:?}");
+        let (manifest, _) = render("ragwatch", &refs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        validate(&name, &manifest);
+        let external = manifest.contains("name: my-ragwatch-config");
+        let v = check(
+            &name,
+            &manifest,
+            external.then_some(shipped_config.as_path()),
+        );
+        assert_eq!(
+            v["secrets"],
+            json!([]),
+            "{name}: the chart creates no Secret"
+        );
+        let workload = &v["workloads"][0];
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("ragwatch.toml");
+        std::fs::write(&config, workload["config"].as_str().unwrap()).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ragwatch"));
+        cmd.args(["check-config", "--config"]).arg(&config);
+        for (k, val) in workload["env"].as_object().unwrap() {
+            cmd.env(k, val.as_str().unwrap());
+        }
+        let effective = String::from_utf8(run_ok(&mut cmd).stdout).unwrap();
+        let otlp = workload["ports"].as_array().unwrap().contains(&json!(4318));
+        let kind = if otlp { "otlp" } else { "kafka" };
+        assert!(
+            effective.contains(&format!("[source]\nkind = \"{kind}\"")),
+            "{name}: {effective}"
+        );
+        if otlp {
+            assert!(effective.contains("format = \"otlp_proto\""), "{name}");
+            let objects = objects(&manifest);
+            let headless: Vec<&Value> = objects
+                .iter()
+                .filter(|o| o["kind"] == "Service" && o["spec"]["clusterIP"] == "None")
+                .collect();
+            assert_eq!(headless.len(), 1, "{name}: one headless Service");
+            assert!(
+                headless[0]["spec"]["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == 4318),
+                "{name}"
+            );
+        }
+    }
+}
+
+/// The PrometheusRule carries exactly deploy/prometheus/rules.yaml's groups, and the
+/// AlertmanagerConfig components/monitoring's spec with the hooks Secret the values name; both with
+/// the `release` label the values set.
+#[test]
+fn the_operator_objects_carry_what_deploy_ships() {
+    let values = values_file(
+        "prometheusRelease: my-prometheus\nprometheusRule: {enabled: true}\nalertmanagerConfig: {enabled: true, hooksSecret: my-hooks}\nserviceMonitor: {enabled: true}\n",
+    );
+    let (manifest, _) = render("ragwatch", &[values.path().to_str().unwrap()]).unwrap();
+    let rendered = objects(&manifest);
+    let find = |kind: &str| -> &Value {
+        let found: Vec<&Value> = rendered.iter().filter(|o| o["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "{kind}");
+        found[0]
+    };
+    let load = |path: &str| -> Value {
+        objects(&std::fs::read_to_string(root().join(path)).unwrap())
+            .pop()
+            .unwrap()
+    };
+    let rules = load("deploy/prometheus/rules.yaml");
+    assert_eq!(find("PrometheusRule")["spec"]["groups"], rules["groups"]);
+    let mut route =
+        load("deploy/kubernetes/components/monitoring/alertmanagerconfig.yaml")["spec"].clone();
+    for receiver in route["receivers"].as_array_mut().unwrap() {
+        for hook in receiver
+            .get_mut("webhookConfigs")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            hook["urlSecret"]["name"] = json!("my-hooks");
+        }
+    }
+    assert_eq!(find("AlertmanagerConfig")["spec"], route);
+    for kind in ["PrometheusRule", "AlertmanagerConfig", "ServiceMonitor"] {
+        assert_eq!(
+            find(kind)["metadata"]["labels"]["release"],
+            "my-prometheus",
+            "{kind}"
+        );
+    }
+}
+
+/// What selects what: (kind, name) -> the labels the object's selector requires.
+fn selectors(objects: &[Value]) -> BTreeMap<(String, String), BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for o in objects {
+        let sel = match o["kind"].as_str().unwrap() {
+            "Service" => &o["spec"]["selector"],
+            "Deployment" | "PodDisruptionBudget" | "ServiceMonitor" | "PodMonitor" => {
+                &o["spec"]["selector"]["matchLabels"]
+            }
+            _ => continue,
+        };
+        let labels = sel
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+            .collect();
+        out.insert(
+            (
+                o["kind"].as_str().unwrap().to_owned(),
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+            ),
+            labels,
+        );
+    }
+    out
+}
+
+fn labels_of(o: &Value) -> BTreeMap<String, String> {
+    o.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Two releases in one namespace, each with everything enabled: no object name twice, every
+/// selector of one release (Deployment, Services, budget, monitors) selects its own pods and none
+/// of the other's, Service objects select the release's own, the consumer groups differ, and the
+/// dashboards differ in uid, title and the file name the Grafana sidecar writes.
+#[test]
+fn two_releases_in_one_namespace_do_not_collide() {
+    let everything = values_file(
+        "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\nalertmanagerConfig: {enabled: true}\ndashboard: {enabled: true}\notlp: {enabled: true}\n",
+    );
+    let everything = everything.path().to_str().unwrap();
+    let releases: Vec<(String, Vec<Value>)> = ["ragwatch", "payments"]
+        .into_iter()
+        .map(|r| (r.to_owned(), objects(&render(r, &[everything]).unwrap().0)))
+        .collect();
+    let names = |objects: &[Value]| -> BTreeSet<(String, String)> {
+        objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_owned(),
+                    o["metadata"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (&releases[0].1, &releases[1].1);
+    assert!(names(a).is_disjoint(&names(b)), "{:?}", names(a));
+    assert!(names(a).len() >= 9, "{:?}", names(a));
+    let pods = |objects: &[Value]| -> BTreeMap<String, String> {
+        let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        labels_of(&d["spec"]["template"]["metadata"]["labels"])
+    };
+    let services = |objects: &[Value]| -> Vec<BTreeMap<String, String>> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "Service")
+            .map(|o| labels_of(&o["metadata"]["labels"]))
+            .collect()
+    };
+    for ((release, own), (_, other)) in [(&releases[0], &releases[1]), (&releases[1], &releases[0])]
+    {
+        for ((kind, name), selector) in selectors(own) {
+            assert!(!selector.is_empty(), "{release} {kind}/{name}");
+            if kind == "ServiceMonitor" {
+                assert!(services(own).iter().any(|s| matches(&selector, s)));
+                assert!(
+                    !services(other).iter().any(|s| matches(&selector, s)),
+                    "{release} {kind}/{name} selects the other release's Service"
+                );
+            } else {
+                assert!(matches(&selector, &pods(own)), "{release} {kind}/{name}");
+                assert!(
+                    !matches(&selector, &pods(other)),
+                    "{release} {kind}/{name} selects the other release's pods"
+                );
+            }
+        }
+        assert_eq!(pods(own)["app.kubernetes.io/instance"], *release);
+        for o in own {
+            assert_eq!(
+                o["metadata"]["labels"]["app.kubernetes.io/instance"],
+                release.as_str(),
+                "{release}: {}",
+                o["metadata"]["name"]
+            );
+        }
+    }
+    let group = |objects: &[Value]| -> String {
+        let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "RAGWATCH__KAFKA__GROUP_ID")
+            .unwrap()["value"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(group(a), group(b));
+    let dashboard = |objects: &[Value]| -> (String, Value) {
+        let cm = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "ConfigMap"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("-dashboard")
+            })
+            .unwrap();
+        let (file, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
+        (
+            file.clone(),
+            serde_json::from_str(text.as_str().unwrap()).unwrap(),
+        )
+    };
+    let (file_a, dash_a) = dashboard(a);
+    let (file_b, dash_b) = dashboard(b);
+    assert_ne!(file_a, file_b);
+    assert_eq!(
+        dash_a["uid"], "ragwatch",
+        "the default release keeps the shipped uid"
+    );
+    assert_ne!(dash_a["uid"], dash_b["uid"]);
+    assert_ne!(dash_a["title"], dash_b["title"]);
+    // The same dashboard otherwise.
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("deploy/grafana/ragwatch-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(dash_a, shipped);
+    assert_eq!(dash_b["panels"], shipped["panels"]);
+}
+
+/// Two monitors over the same pods would scrape each twice and double every count: refused.
+#[test]
+fn a_service_monitor_and_a_pod_monitor_together_are_refused() {
+    let both = values_file("serviceMonitor: {enabled: true}\npodMonitor: {enabled: true}\n");
+    let err = render("ragwatch", &[both.path().to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("scraped twice"), "{err}");
+}
+
+/// The notes say where the key comes from and, with OTLP, which Service the Collector's
+/// loadbalancing exporter resolves.
+#[test]
+fn the_notes_name_the_secret_and_the_headless_service() {
+    let otlp = chart().join("ci/otlp-values.yaml");
+    let (_, notes) = render("payments", &[otlp.to_str().unwrap()]).unwrap();
+    assert!(notes.contains("ragwatch-secrets"), "{notes}");
+    assert!(notes.contains("payments-ragwatch-otlp.rag"), "{notes}");
+}
+
+/// `runbookBaseUrl` is the one place for the runbook's address: set, it is in every alert's
+/// runbook_url (before the alert's anchor) and in the dashboard's `runbook` variable, which every
+/// runbook link reads, and the shipped address is nowhere in the release.
+#[test]
+fn the_runbook_address_is_one_value() {
+    let shipped = "https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md";
+    let mine = "https://wiki.example.com/ragwatch/runbook";
+    let values = values_file(&format!(
+        "runbookBaseUrl: {mine}\nprometheusRule: {{enabled: true}}\ndashboard: {{enabled: true}}\n"
+    ));
+    let (manifest, _) = render("ragwatch", &[values.path().to_str().unwrap()]).unwrap();
+    assert!(!manifest.contains(shipped));
+    let objects = objects(&manifest);
+    let rule = objects
+        .iter()
+        .find(|o| o["kind"] == "PrometheusRule")
+        .unwrap();
+    let alerts: Vec<&Value> = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .filter(|r| r["alert"].is_string())
+        .collect();
+    assert!(alerts.len() >= 15, "{} alerts", alerts.len());
+    for a in alerts {
+        let url = a["annotations"]["runbook_url"].as_str().unwrap();
+        let anchor = a["alert"].as_str().unwrap().to_lowercase();
+        assert!(
+            url == format!("{mine}#{anchor}") || url.starts_with(&format!("{mine}#ragwatch")),
+            "{url}"
+        );
+    }
+    let cm = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "ragwatch-dashboard")
+        .unwrap();
+    let dash: Value = serde_json::from_str(cm["data"]["ragwatch.json"].as_str().unwrap()).unwrap();
+    let runbook = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "runbook")
+        .unwrap();
+    assert_eq!(runbook["query"], mine);
+}
