@@ -339,3 +339,14 @@ fn haystack_openinference() {
         setup: 0,
     });
 }
+
+#[test]
+fn dspy_openinference() {
+    run_pair(&Pair {
+        framework: "dspy",
+        instrumentor: "openinference",
+        preset: "openinference",
+        ids: false,
+        setup: 0,
+    });
+}

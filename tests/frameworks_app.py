@@ -8,10 +8,13 @@ tests/frameworks.rs.
                           query engine, llama-index-llms-openai's OpenAI
   --framework haystack    haystack-ai's InMemoryDocumentStore, InMemoryBM25Retriever,
                           ChatPromptBuilder, OpenAIChatGenerator
+  --framework dspy        a dspy.Module: dspy.Retrieve over an in-memory retrieval model (the same
+                          embedding), dspy.Predict("context, question -> answer"), dspy.LM
   --instrumentor openllmetry | openinference
 
 The model is a loopback OpenAI-compatible stand-in (http.server in this process) that answers with
-the first sentence of the prompt's first document. Nothing is downloaded at run time.
+the first sentence of the prompt's first document (in DSPy's field markers when the prompt asks for
+them). Nothing is downloaded at run time.
 
 Spans go out through the OpenTelemetry SDK's OTLP/HTTP exporter (--endpoint) and are also written
 as OTLP protobuf requests (--batches: a big-endian u32 length before each message). --truth gets
@@ -79,6 +82,9 @@ class StandIn(BaseHTTPRequestHandler):
         found = [text for _, text in DOCS if text in prompt]
         first = min(found, key=prompt.index) if found else None
         answer = f"From the documents: {first}" if first else "I do not know."
+        if "[[ ## answer ## ]]" in prompt:
+            # DSPy's chat adapter reads the output fields between its markers.
+            answer = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
         reply = {
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1764410400,
             "model": body.get("model", "gpt-4o-mini"),
@@ -152,8 +158,10 @@ def instrument(framework, instrumentor, provider):
             from openinference.instrumentation.langchain import LangChainInstrumentor as I
         elif framework == "llamaindex":
             from openinference.instrumentation.llama_index import LlamaIndexInstrumentor as I
-        else:
+        elif framework == "haystack":
             from openinference.instrumentation.haystack import HaystackInstrumentor as I
+        else:
+            from openinference.instrumentation.dspy import DSPyInstrumentor as I
         I().instrument(tracer_provider=provider)
         return
     if framework == "langchain":
@@ -165,6 +173,8 @@ def instrument(framework, instrumentor, provider):
         # The LlamaIndex instrumentation leaves the model call to the OpenAI one.
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
         OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif framework == "dspy":
+        raise SystemExit("OpenLLMetry (0.62) has no DSPy instrumentation")
     else:
         raise SystemExit("OpenLLMetry's Haystack instrumentation (0.62) wraps "
                          "haystack.components.generators.openai, which Haystack 3 no longer has")
@@ -282,9 +292,46 @@ def haystack_pipeline(base_url):
     return run
 
 
+def dspy_pipeline(base_url):
+    import os
+    # The model metadata from the package, not fetched from GitHub at the first call.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "true")
+    import dspy
+
+    def rm(query, k=TOP_K, **kwargs):
+        """An in-memory retrieval model: the k documents nearest the query."""
+        q = embed(query)
+        ranked = sorted(DOCS, key=lambda d: -sum(a * b for a, b in zip(q, embed(d[1]))))
+        return [dspy.dsp.utils.dotdict(long_text=text) for _, text in ranked[:k]]
+
+    lm = dspy.LM("openai/gpt-4o-mini", api_base=base_url, api_key="test-key", cache=False,
+                 num_retries=0, temperature=0)
+    dspy.configure(lm=lm, rm=rm)
+
+    class Rag(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.retrieve = dspy.Retrieve(k=TOP_K)
+            self.generate = dspy.Predict("context, question -> answer")
+
+        def forward(self, question):
+            context = self.retrieve(question).passages
+            return dspy.Prediction(
+                context=context, answer=self.generate(context=context, question=question).answer)
+
+    rag = Rag()
+
+    def run(question):
+        p = rag(question=question)
+        # DSPy's Retrieve keeps only the passages' text.
+        return p.answer, [{"id": "", "text": t} for t in p.context]
+
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--framework", required=True, choices=["langchain", "llamaindex", "haystack"])
+    ap.add_argument("--framework", required=True, choices=["langchain", "llamaindex", "haystack", "dspy"])
     ap.add_argument("--instrumentor", required=True, choices=["openllmetry", "openinference"])
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--endpoint")
@@ -315,7 +362,7 @@ def main():
     instrument(a.framework, a.instrumentor, provider)
 
     run = {"langchain": langchain_pipeline, "llamaindex": llamaindex_pipeline,
-           "haystack": haystack_pipeline}[a.framework](base_url)
+           "haystack": haystack_pipeline, "dspy": dspy_pipeline}[a.framework](base_url)
     truth = open(a.truth, "w") if a.truth else None
     setup_traces = len(roots.ids)
     for i in range(a.n):
