@@ -17,15 +17,18 @@ the first sentence of the prompt's first document (in DSPy's field markers when 
 them). Nothing is downloaded at run time.
 
 Spans go out through the OpenTelemetry SDK's OTLP/HTTP exporter (--endpoint) and are also written
-as OTLP protobuf requests (--batches: a big-endian u32 length before each message). --truth gets
+as OTLP protobuf requests (--batches: a big-endian u32 length before each message, the Collector
+file exporter's `proto` form) and as OTLP JSON lines (--otlp-json: one request per line, ids in hex,
+the file exporter's `json` form); the same export calls in both. --truth gets
 one JSON line per query with what the pipeline itself used: its trace id, the question, the
 retrieved documents (id, text) and the answer. --dump writes every span's name and attributes (to
 see what an instrumentor emits).
 
 usage: frameworks_app.py --framework F --instrumentor I --n N [--endpoint URL] [--batches FILE]
-                         [--truth FILE] [--dump FILE]
+                         [--otlp-json FILE] [--truth FILE] [--dump FILE]
 """
 import argparse
+import base64
 import hashlib
 import json
 import math
@@ -112,6 +115,37 @@ class Batches:
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         data = encode_spans(spans).SerializeToString()
         self.file.write(len(data).to_bytes(4, "big") + data)
+        return self.ok
+
+    def shutdown(self):
+        self.file.close()
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+class JsonLines:
+    """A span exporter writing each export call as one OTLP JSON line: protobuf's JSON mapping
+    (camelCase names, 64-bit integers as strings, enums as integers) with trace and span ids in hex,
+    as OTLP JSON wants them (protobuf's mapping would write base64)."""
+
+    def __init__(self, path):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+        self.ok = SpanExportResult.SUCCESS
+        self.file = open(path, "w")
+
+    def export(self, spans):
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+        for resource in request.get("resourceSpans", []):
+            for scope in resource.get("scopeSpans", []):
+                for span in scope.get("spans", []):
+                    for item in [span] + span.get("links", []):
+                        for key in ("traceId", "spanId", "parentSpanId"):
+                            if key in item:
+                                item[key] = base64.b64decode(item[key]).hex()
+        self.file.write(json.dumps(request, separators=(",", ":")) + "\n")
         return self.ok
 
     def shutdown(self):
@@ -336,6 +370,7 @@ def main():
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--endpoint")
     ap.add_argument("--batches")
+    ap.add_argument("--otlp-json")
     ap.add_argument("--truth")
     ap.add_argument("--dump")
     a = ap.parse_args()
@@ -356,6 +391,8 @@ def main():
             OTLPSpanExporter(endpoint=a.endpoint), schedule_delay_millis=100))
     if a.batches:
         provider.add_span_processor(SimpleSpanProcessor(Batches(a.batches)))
+    if a.otlp_json:
+        provider.add_span_processor(SimpleSpanProcessor(JsonLines(a.otlp_json)))
     roots = Roots(a.dump)
     provider.add_span_processor(SimpleSpanProcessor(roots))
     trace.set_tracer_provider(provider)
