@@ -110,11 +110,14 @@ class Batches:
         from opentelemetry.sdk.trace.export import SpanExportResult
         self.ok = SpanExportResult.SUCCESS
         self.file = open(path, "wb")
+        self.lock = threading.Lock()
 
     def export(self, spans):
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         data = encode_spans(spans).SerializeToString()
-        self.file.write(len(data).to_bytes(4, "big") + data)
+        # Spans end on several threads (LangChain's parallel branches): one whole message a write.
+        with self.lock:
+            self.file.write(len(data).to_bytes(4, "big") + data)
         return self.ok
 
     def shutdown(self):
@@ -133,6 +136,7 @@ class JsonLines:
         from opentelemetry.sdk.trace.export import SpanExportResult
         self.ok = SpanExportResult.SUCCESS
         self.file = open(path, "w")
+        self.lock = threading.Lock()
 
     def export(self, spans):
         from google.protobuf.json_format import MessageToDict
@@ -145,7 +149,10 @@ class JsonLines:
                         for key in ("traceId", "spanId", "parentSpanId"):
                             if key in item:
                                 item[key] = base64.b64decode(item[key]).hex()
-        self.file.write(json.dumps(request, separators=(",", ":")) + "\n")
+        line = json.dumps(request, separators=(",", ":")) + "\n"
+        # Spans end on several threads; a text file's writes are not atomic: one line a write.
+        with self.lock:
+            self.file.write(line)
         return self.ok
 
     def shutdown(self):
