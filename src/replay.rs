@@ -335,7 +335,7 @@ pub async fn replay_with_labels(
                             // A closed channel means the judging side stopped on an output
                             // error, which it reports.
                             let _ = futures::executor::block_on(
-                                tx.send((Input::Assembled(outcome), line)),
+                                tx.send((Input::Assembled(Box::new(outcome)), line)),
                             );
                             Ok(())
                         })
@@ -387,7 +387,7 @@ pub async fn replay_with_labels(
 /// What the judging loop takes: a line to decode, or what the span assembly made of OTLP files.
 enum Input {
     Line(Vec<u8>),
-    Assembled(crate::trace::otlp::Outcome),
+    Assembled(Box<crate::trace::otlp::Outcome>),
 }
 
 /// The offline evaluation of an assembly outcome: a trace judged, a trace not to be judged with
@@ -439,7 +439,7 @@ async fn judge_in_order(
         .map(|((seq, (input, line)), permit)| async move {
             let (mut eval, _) = match input {
                 Input::Line(bytes) => pipeline.evaluate(&bytes),
-                Input::Assembled(outcome) => evaluate_outcome(pipeline, outcome),
+                Input::Assembled(outcome) => evaluate_outcome(pipeline, *outcome),
             };
             let mut extra = Extra {
                 offline: eval.verdict.take(),

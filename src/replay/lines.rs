@@ -85,7 +85,7 @@ pub(super) fn open(file: &std::path::Path) -> std::io::Result<Box<dyn BufRead>> 
 }
 
 /// What [`lines_of`] calls with each line: its bytes, its number and its full length.
-type LineFn<'a> = dyn FnMut(&[u8], u64, usize) -> std::io::Result<()> + 'a;
+pub(super) type LineFn<'a> = dyn FnMut(&[u8], u64, usize) -> std::io::Result<()> + 'a;
 
 /// Calls `f` with each line of `reader` as [`read_line_bounded`] reads them (its first `keep`
 /// bytes, less a final `\r` when a newline ends it), its line number and its full length. `split`

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use crate::config::{Config, TraceFormat};
 use crate::trace::otlp::{Assembler, Completed, Outcome, SpanDrop, decode_request};
 
-use super::lines::{lines_of, open};
+use super::lines::{LineFn, lines_of, open};
 
 /// What one span of the files became, besides the traces: dropped spans by reason.
 pub(super) type Dropped = [(SpanDrop, u64); 3];
@@ -106,7 +106,7 @@ pub(super) fn frames_of(
     reader: &mut dyn BufRead,
     keep: usize,
     buf: &mut Vec<u8>,
-    f: &mut dyn FnMut(&[u8], u64, usize) -> std::io::Result<()>,
+    f: &mut LineFn<'_>,
 ) -> std::io::Result<()> {
     let mut n = 0u64;
     loop {
