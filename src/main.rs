@@ -28,7 +28,7 @@ enum Command {
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
     },
-    /// Evaluate JSONL trace files once and print a per-stratum summary.
+    /// Evaluate JSONL trace files (or OTLP span files) once and print a per-stratum summary.
     Replay {
         /// Trace files; `-` reads stdin.
         #[arg(required = true)]
@@ -36,6 +36,11 @@ enum Command {
         /// Config file.
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
+        /// What the files hold, in place of the config's `decode.format`: `native` JSONL traces, or
+        /// OTLP spans as the Collector's file exporter writes them (`otlp_json` and `otlp_proto`
+        /// both read either form, told apart by each file's first byte).
+        #[arg(long, value_parser = ["native", "otlp_json", "otlp_proto"])]
+        format: Option<String>,
         /// Judge to use.
         #[arg(long, value_enum, default_value_t = JudgeArg::Offline)]
         judge: JudgeArg,
@@ -195,6 +200,7 @@ fn main() -> ExitCode {
         Command::Replay {
             files,
             config,
+            format,
             judge,
             output,
             k,
@@ -205,10 +211,14 @@ fn main() -> ExitCode {
             resamples,
             labels,
         } => {
-            let config = match load(&config, &env) {
+            let mut config = match load(&config, &env) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if let Some(f) = format {
+                config.decode.format = serde_json::from_value(serde_json::Value::String(f))
+                    .expect("the parser takes only the format names");
+            }
             init_logging(config.log.format, &env);
             runtime.block_on(async move {
                 let mut out: Box<dyn std::io::Write> = match &output {

@@ -23,6 +23,7 @@ use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
 
 mod lines;
+mod otlp;
 mod record;
 
 use lines::{for_each_line, for_each_line_blocking};
@@ -128,8 +129,12 @@ pub struct Summary {
     pub ks: Vec<usize>,
     /// Lines read.
     pub lines: u64,
-    /// Lines rejected, by reason.
+    /// Lines rejected (with OTLP files: messages and assembled traces), by reason.
     pub rejected: BTreeMap<&'static str, u64>,
+    /// OTLP files: assembled traces not judged, by reason (`not_rag`, `no_retrieval`...).
+    pub unjudged: BTreeMap<&'static str, u64>,
+    /// OTLP files: spans not kept, by reason (`late`, `invalid_id`, `too_many_spans`).
+    pub spans_dropped: BTreeMap<&'static str, u64>,
     /// Per stratum.
     pub strata: BTreeMap<String, StratumSummary>,
     /// Labelled traces as each judge scored them, for the audit (`offline`, `llm`).
@@ -203,6 +208,12 @@ pub struct LabelJoin {
 
 /// Reads every file (`-` is stdin), writes verdicts to `out`, returns the summary.
 ///
+/// With an OTLP `decode.format`, the files are OTLP files (the Collector's file exporter: JSON
+/// lines or length-prefixed protobuf, told apart by each file's first byte), assembled into traces
+/// with `decode.preset` as the live receiver assembles them; a trace the receiver would not judge
+/// gets an `unjudged` record with the reason, and each record's `line` is the number of the message
+/// that completed its trace.
+///
 /// With `llm`, each decoded trace is judged by the LLM judge instead: `judge.workers` traces are
 /// in flight at all times (a new one starts as soon as one finishes, whatever its place), and
 /// verdicts are written in input order through a bounded reorder window. Calls wait for the
@@ -266,7 +277,24 @@ pub async fn replay_with_labels(
         bar
     });
     let keep = config.decode.max_message_bytes.saturating_add(1);
+    let otlp = config.decode.format.is_otlp();
     match llm {
+        None if otlp => {
+            let (messages, dropped) =
+                otlp::for_each_trace(files, config, progress.as_ref(), |outcome, line| {
+                    let (eval, offline) = evaluate_outcome(&pipeline, outcome);
+                    write_record(
+                        &mut summary,
+                        &shared,
+                        (&eval, offline.as_ref()),
+                        &Extra::default(),
+                        line,
+                        &judged,
+                        &mut records,
+                    )
+                })?;
+            summary.count_otlp(messages, dropped);
+        }
         None => {
             // Nothing else runs meanwhile: the lines are read with blocking reads.
             for_each_line_blocking(files, keep, progress.as_ref(), |buf, line| {
@@ -292,22 +320,42 @@ pub async fn replay_with_labels(
                 "replaying with the LLM judge"
             );
             let workers = config.judge.workers.max(1);
-            // Lines travel from the reader to the judging loop over a bounded channel: the reader
-            // (which may block on stdin) and the calls in flight progress independently.
-            let (tx, rx) = futures::channel::mpsc::channel::<(Vec<u8>, u64)>(workers);
+            // Lines (or assembled traces) travel from the reader to the judging loop over a
+            // bounded channel: the reader (which may block on stdin) and the calls in flight
+            // progress independently.
+            let (tx, rx) = futures::channel::mpsc::channel::<(Input, u64)>(workers);
             let reader = async {
                 let mut tx = tx;
+                if otlp {
+                    // Assembly reads with blocking reads, on a thread of its own.
+                    let (files, config, progress) =
+                        (files.to_vec(), config.clone(), progress.clone());
+                    let read = tokio::task::spawn_blocking(move || {
+                        otlp::for_each_trace(&files, &config, progress.as_ref(), |outcome, line| {
+                            // A closed channel means the judging side stopped on an output
+                            // error, which it reports.
+                            let _ = futures::executor::block_on(
+                                tx.send((Input::Assembled(Box::new(outcome)), line)),
+                            );
+                            Ok(())
+                        })
+                    });
+                    return read.await.map_err(std::io::Error::other)?.map(Some);
+                }
                 for_each_line(files, keep, progress.as_ref(), async |buf, line| {
                     // A closed channel means the judging side stopped on an output error, which
                     // it reports.
-                    let _ = tx.send((buf.to_vec(), line)).await;
+                    let _ = tx.send((Input::Line(buf.to_vec()), line)).await;
                     Ok(())
                 })
                 .await
+                .map(|()| None)
             };
             let judging =
                 judge_in_order(rx, workers, &pipeline, judge, audit, |eval, extra, line| {
-                    summary.lines += 1;
+                    if !otlp {
+                        summary.lines += 1;
+                    }
                     write_record(
                         &mut summary,
                         &shared,
@@ -319,7 +367,9 @@ pub async fn replay_with_labels(
                     )
                 });
             let (read, judged) = tokio::join!(reader, judging);
-            read?;
+            if let Some((messages, dropped)) = read? {
+                summary.count_otlp(messages, dropped);
+            }
             judged?;
         }
     }
@@ -332,6 +382,26 @@ pub async fn replay_with_labels(
     }
     records.flush()?;
     Ok(summary)
+}
+
+/// What the judging loop takes: a line to decode, or what the span assembly made of OTLP files.
+enum Input {
+    Line(Vec<u8>),
+    Assembled(Box<crate::trace::otlp::Outcome>),
+}
+
+/// The offline evaluation of an assembly outcome: a trace judged, a trace not to be judged with
+/// its reason, or a reject.
+fn evaluate_outcome(
+    pipeline: &Pipeline,
+    outcome: crate::trace::otlp::Outcome,
+) -> (Evaluation, Option<OfflineScore>) {
+    use crate::trace::otlp::Outcome;
+    match outcome {
+        Outcome::Trace(trace) => pipeline.evaluate_trace(trace),
+        Outcome::Unjudged(trace, why) => (pipeline.unjudged(trace, why), None),
+        Outcome::Rejected(e) => (Evaluation::rejected(e), None),
+    }
 }
 
 /// What a record is held against: the judges' thresholds and the label file.
@@ -349,7 +419,7 @@ const REORDER_WINDOW_PER_WORKER: usize = 16;
 /// `write` in input order. With `audit`, a labelled trace is judged again with its contexts
 /// reversed.
 async fn judge_in_order(
-    rx: futures::channel::mpsc::Receiver<(Vec<u8>, u64)>,
+    rx: futures::channel::mpsc::Receiver<(Input, u64)>,
     workers: usize,
     pipeline: &Pipeline,
     judge: &LlmJudge,
@@ -366,13 +436,16 @@ async fn judge_in_order(
             let window = Arc::clone(&window);
             async move { (item, window.acquire_owned().await) }
         })
-        .map(|((seq, (bytes, line)), permit)| async move {
-            let (mut eval, _) = pipeline.evaluate(&bytes);
+        .map(|((seq, (input, line)), permit)| async move {
+            let (mut eval, _) = match input {
+                Input::Line(bytes) => pipeline.evaluate(&bytes),
+                Input::Assembled(outcome) => evaluate_outcome(pipeline, *outcome),
+            };
             let mut extra = Extra {
                 offline: eval.verdict.take(),
                 reversed: None,
             };
-            if let Ok(t) = &eval.trace {
+            if let (Ok(t), None) = (&eval.trace, eval.unjudged) {
                 match judge.judge_paced(t).await {
                     Ok(v) => eval.verdict = Some(v),
                     Err(e) => eval.skipped = Some(e.kind().name()),
@@ -424,6 +497,24 @@ fn write_record(
                 reason: Some(e.reason.as_str()),
                 line,
                 label_faithful: None,
+                details: None,
+            }
+        }
+        Ok(trace) if eval.unjudged.is_some() => {
+            let reason = eval.unjudged;
+            *summary
+                .unjudged
+                .entry(reason.unwrap_or_default())
+                .or_default() += 1;
+            VerdictRecord {
+                trace_id: Some(&trace.trace_id),
+                stratum: Some(shared.stratifier.name(eval.stratum)),
+                scores: PerMetric::default(),
+                judge: "offline",
+                status: "unjudged",
+                reason,
+                line,
+                label_faithful: trace.label_faithful,
                 details: None,
             }
         }
@@ -528,6 +619,16 @@ fn write_record(
 }
 
 impl Summary {
+    /// Counts an OTLP replay's messages and dropped spans.
+    fn count_otlp(&mut self, messages: u64, dropped: otlp::Dropped) {
+        self.lines += messages;
+        for (why, n) in dropped {
+            if n > 0 {
+                *self.spans_dropped.entry(why.as_str()).or_default() += n;
+            }
+        }
+    }
+
     /// The figures of the stratum named `name`, started when it is new (its name copied only then).
     fn stratum(&mut self, name: &str) -> &mut StratumSummary {
         if !self.strata.contains_key(name) {
@@ -673,6 +774,12 @@ impl Summary {
         t.push_str(&format!("lines {}", self.lines));
         for (reason, n) in &self.rejected {
             t.push_str(&format!(", rejected {reason} {n}"));
+        }
+        for (reason, n) in &self.unjudged {
+            t.push_str(&format!(", unjudged {reason} {n}"));
+        }
+        for (reason, n) in &self.spans_dropped {
+            t.push_str(&format!(", spans dropped {reason} {n}"));
         }
         t.push('\n');
         t

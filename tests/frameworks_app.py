@@ -8,21 +8,27 @@ tests/it/frameworks.rs.
                           query engine, llama-index-llms-openai's OpenAI
   --framework haystack    haystack-ai's InMemoryDocumentStore, InMemoryBM25Retriever,
                           ChatPromptBuilder, OpenAIChatGenerator
+  --framework dspy        a dspy.Module: dspy.Retrieve over an in-memory retrieval model (the same
+                          embedding), dspy.Predict("context, question -> answer"), dspy.LM
   --instrumentor openllmetry | openinference
 
 The model is a loopback OpenAI-compatible stand-in (http.server in this process) that answers with
-the first sentence of the prompt's first document. Nothing is downloaded at run time.
+the first sentence of the prompt's first document (in DSPy's field markers when the prompt asks for
+them). Nothing is downloaded at run time.
 
 Spans go out through the OpenTelemetry SDK's OTLP/HTTP exporter (--endpoint) and are also written
-as OTLP protobuf requests (--batches: a big-endian u32 length before each message). --truth gets
+as OTLP protobuf requests (--batches: a big-endian u32 length before each message, the Collector
+file exporter's `proto` form) and as OTLP JSON lines (--otlp-json: one request per line, ids in hex,
+the file exporter's `json` form); the same export calls in both. --truth gets
 one JSON line per query with what the pipeline itself used: its trace id, the question, the
 retrieved documents (id, text) and the answer. --dump writes every span's name and attributes (to
 see what an instrumentor emits).
 
 usage: frameworks_app.py --framework F --instrumentor I --n N [--endpoint URL] [--batches FILE]
-                         [--truth FILE] [--dump FILE]
+                         [--otlp-json FILE] [--truth FILE] [--dump FILE]
 """
 import argparse
+import base64
 import hashlib
 import json
 import math
@@ -79,6 +85,9 @@ class StandIn(BaseHTTPRequestHandler):
         found = [text for _, text in DOCS if text in prompt]
         first = min(found, key=prompt.index) if found else None
         answer = f"From the documents: {first}" if first else "I do not know."
+        if "[[ ## answer ## ]]" in prompt:
+            # DSPy's chat adapter reads the output fields between its markers.
+            answer = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
         reply = {
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1764410400,
             "model": body.get("model", "gpt-4o-mini"),
@@ -101,11 +110,49 @@ class Batches:
         from opentelemetry.sdk.trace.export import SpanExportResult
         self.ok = SpanExportResult.SUCCESS
         self.file = open(path, "wb")
+        self.lock = threading.Lock()
 
     def export(self, spans):
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         data = encode_spans(spans).SerializeToString()
-        self.file.write(len(data).to_bytes(4, "big") + data)
+        # Spans end on several threads (LangChain's parallel branches): one whole message a write.
+        with self.lock:
+            self.file.write(len(data).to_bytes(4, "big") + data)
+        return self.ok
+
+    def shutdown(self):
+        self.file.close()
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+class JsonLines:
+    """A span exporter writing each export call as one OTLP JSON line: protobuf's JSON mapping
+    (camelCase names, 64-bit integers as strings, enums as integers) with trace and span ids in hex,
+    as OTLP JSON wants them (protobuf's mapping would write base64)."""
+
+    def __init__(self, path):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+        self.ok = SpanExportResult.SUCCESS
+        self.file = open(path, "w")
+        self.lock = threading.Lock()
+
+    def export(self, spans):
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+        for resource in request.get("resourceSpans", []):
+            for scope in resource.get("scopeSpans", []):
+                for span in scope.get("spans", []):
+                    for item in [span] + span.get("links", []):
+                        for key in ("traceId", "spanId", "parentSpanId"):
+                            if key in item:
+                                item[key] = base64.b64decode(item[key]).hex()
+        line = json.dumps(request, separators=(",", ":")) + "\n"
+        # Spans end on several threads; a text file's writes are not atomic: one line a write.
+        with self.lock:
+            self.file.write(line)
         return self.ok
 
     def shutdown(self):
@@ -152,8 +199,10 @@ def instrument(framework, instrumentor, provider):
             from openinference.instrumentation.langchain import LangChainInstrumentor as I
         elif framework == "llamaindex":
             from openinference.instrumentation.llama_index import LlamaIndexInstrumentor as I
-        else:
+        elif framework == "haystack":
             from openinference.instrumentation.haystack import HaystackInstrumentor as I
+        else:
+            from openinference.instrumentation.dspy import DSPyInstrumentor as I
         I().instrument(tracer_provider=provider)
         return
     if framework == "langchain":
@@ -165,6 +214,8 @@ def instrument(framework, instrumentor, provider):
         # The LlamaIndex instrumentation leaves the model call to the OpenAI one.
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
         OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif framework == "dspy":
+        raise SystemExit("OpenLLMetry (0.62) has no DSPy instrumentation")
     else:
         raise SystemExit("OpenLLMetry's Haystack instrumentation (0.62) wraps "
                          "haystack.components.generators.openai, which Haystack 3 no longer has")
@@ -282,13 +333,51 @@ def haystack_pipeline(base_url):
     return run
 
 
+def dspy_pipeline(base_url):
+    import os
+    # The model metadata from the package, not fetched from GitHub at the first call.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "true")
+    import dspy
+
+    def rm(query, k=TOP_K, **kwargs):
+        """An in-memory retrieval model: the k documents nearest the query."""
+        q = embed(query)
+        ranked = sorted(DOCS, key=lambda d: -sum(a * b for a, b in zip(q, embed(d[1]))))
+        return [dspy.dsp.utils.dotdict(long_text=text) for _, text in ranked[:k]]
+
+    lm = dspy.LM("openai/gpt-4o-mini", api_base=base_url, api_key="test-key", cache=False,
+                 num_retries=0, temperature=0)
+    dspy.configure(lm=lm, rm=rm)
+
+    class Rag(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.retrieve = dspy.Retrieve(k=TOP_K)
+            self.generate = dspy.Predict("context, question -> answer")
+
+        def forward(self, question):
+            context = self.retrieve(question).passages
+            return dspy.Prediction(
+                context=context, answer=self.generate(context=context, question=question).answer)
+
+    rag = Rag()
+
+    def run(question):
+        p = rag(question=question)
+        # DSPy's Retrieve keeps only the passages' text.
+        return p.answer, [{"id": "", "text": t} for t in p.context]
+
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--framework", required=True, choices=["langchain", "llamaindex", "haystack"])
+    ap.add_argument("--framework", required=True, choices=["langchain", "llamaindex", "haystack", "dspy"])
     ap.add_argument("--instrumentor", required=True, choices=["openllmetry", "openinference"])
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--endpoint")
     ap.add_argument("--batches")
+    ap.add_argument("--otlp-json")
     ap.add_argument("--truth")
     ap.add_argument("--dump")
     a = ap.parse_args()
@@ -309,13 +398,15 @@ def main():
             OTLPSpanExporter(endpoint=a.endpoint), schedule_delay_millis=100))
     if a.batches:
         provider.add_span_processor(SimpleSpanProcessor(Batches(a.batches)))
+    if a.otlp_json:
+        provider.add_span_processor(SimpleSpanProcessor(JsonLines(a.otlp_json)))
     roots = Roots(a.dump)
     provider.add_span_processor(SimpleSpanProcessor(roots))
     trace.set_tracer_provider(provider)
     instrument(a.framework, a.instrumentor, provider)
 
     run = {"langchain": langchain_pipeline, "llamaindex": llamaindex_pipeline,
-           "haystack": haystack_pipeline}[a.framework](base_url)
+           "haystack": haystack_pipeline, "dspy": dspy_pipeline}[a.framework](base_url)
     truth = open(a.truth, "w") if a.truth else None
     setup_traces = len(roots.ids)
     for i in range(a.n):

@@ -4,9 +4,10 @@
 #                           (real tansu broker, real promtool, a real small model behind
 #                           llama-cpp-python's OpenAI-compatible server)
 #   tests/run.sh --bench    also runs the criterion benchmarks
-#   tests/run.sh --fuzz [SECS]  also fuzzes the decoder for SECS seconds (default 300; needs a nightly
-#                           toolchain and cargo-fuzz, installed when missing); a crash is copied into
-#                           fuzz/regressions, where tests/it/fuzz_corpus.rs replays it from then on
+#   tests/run.sh --fuzz [SECS]  also fuzzes the decoder and the OTLP decoder + span assembly for SECS
+#                           seconds each (default 300; needs a nightly toolchain and cargo-fuzz,
+#                           installed when missing); a crash is copied into fuzz/regressions/TARGET,
+#                           where tests/it/fuzz_corpus.rs replays it from then on
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -150,13 +151,17 @@ case "${1:-}" in
     secs="${2:-300}"
     rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    work="$(mktemp -d)"
-    # New inputs go to a scratch corpus; the committed seeds are read, never rewritten.
-    if ! (cd fuzz && cargo +nightly fuzz run decode "$work" corpus/decode -- \
-        -max_total_time="$secs" -max_len=65536); then
-      cp fuzz/artifacts/decode/* fuzz/regressions/ 2>/dev/null || true
-      echo "the decoder fuzzer found a crash; it is in fuzz/regressions (commit it with the fix)" >&2
-      exit 1
-    fi
+    # Each target gets SECS seconds. New inputs go to a scratch corpus; the committed seeds are
+    # read, never rewritten.
+    for target in decode otlp; do
+      work="$(mktemp -d)"
+      if ! (cd fuzz && cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+          -max_total_time="$secs" -max_len=65536); then
+        mkdir -p "fuzz/regressions/$target"
+        cp "fuzz/artifacts/$target"/* "fuzz/regressions/$target/" 2>/dev/null || true
+        echo "the $target fuzzer found a crash; it is in fuzz/regressions/$target (commit it with the fix)" >&2
+        exit 1
+      fi
+    done
     ;;
 esac

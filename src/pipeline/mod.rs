@@ -72,6 +72,21 @@ pub struct Evaluation {
     pub verdict: Option<Verdict>,
     /// Why a decoded trace has no verdict (a judge failure's outcome label).
     pub skipped: Option<&'static str>,
+    /// Why an assembled trace is not judged at all (a `ragwatch_traces_unjudged_total` reason).
+    pub unjudged: Option<&'static str>,
+}
+
+impl Evaluation {
+    /// A message or assembled trace rejected for `e`.
+    pub fn rejected(e: DecodeError) -> Self {
+        Evaluation {
+            trace: Err(e),
+            stratum: 0,
+            verdict: None,
+            skipped: None,
+            unjudged: None,
+        }
+    }
 }
 
 /// Ingest for one source task.
@@ -114,26 +129,33 @@ impl Pipeline {
     /// it); the judge's score comes alongside for a caller that writes records from it.
     pub fn evaluate(&self, bytes: &[u8]) -> (Evaluation, Option<OfflineScore>) {
         match self.decoder.decode(bytes) {
-            Ok(trace) => {
-                let stratum = self.shared.stratifier.assign(&trace);
-                let score = self.offline.score(&trace);
-                let eval = Evaluation {
-                    trace: Ok(trace),
-                    stratum,
-                    verdict: Some(score.verdict_without_details()),
-                    skipped: None,
-                };
-                (eval, Some(score))
-            }
-            Err(e) => {
-                let eval = Evaluation {
-                    trace: Err(e),
-                    stratum: 0,
-                    verdict: None,
-                    skipped: None,
-                };
-                (eval, None)
-            }
+            Ok(trace) => self.evaluate_trace(trace),
+            Err(e) => (Evaluation::rejected(e), None),
+        }
+    }
+
+    /// [`Pipeline::evaluate`] for a trace already built (assembled from OTLP spans).
+    pub fn evaluate_trace(&self, trace: Trace) -> (Evaluation, Option<OfflineScore>) {
+        let stratum = self.shared.stratifier.assign(&trace);
+        let score = self.offline.score(&trace);
+        let eval = Evaluation {
+            trace: Ok(trace),
+            stratum,
+            verdict: Some(score.verdict_without_details()),
+            skipped: None,
+            unjudged: None,
+        };
+        (eval, Some(score))
+    }
+
+    /// An assembled trace that is not to be judged, with the reason (`no_retrieval`, `not_rag`...).
+    pub fn unjudged(&self, trace: Trace, reason: &'static str) -> Evaluation {
+        Evaluation {
+            stratum: self.shared.stratifier.assign(&trace),
+            trace: Ok(trace),
+            verdict: None,
+            skipped: None,
+            unjudged: Some(reason),
         }
     }
 

@@ -55,17 +55,7 @@ pub(super) fn for_each_line_blocking(
 ) -> std::io::Result<()> {
     let mut split = Vec::with_capacity(8192);
     for file in files {
-        let mut reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
-            Box::new(std::io::BufReader::with_capacity(
-                READ_BUFFER,
-                std::io::stdin(),
-            ))
-        } else {
-            Box::new(std::io::BufReader::with_capacity(
-                READ_BUFFER,
-                std::fs::File::open(file)?,
-            ))
-        };
+        let mut reader = open(file)?;
         lines_of(&mut reader, keep, &mut split, &mut |bytes, line, len| {
             if let Some(bar) = progress {
                 bar.inc(len as u64 + 1);
@@ -79,13 +69,28 @@ pub(super) fn for_each_line_blocking(
     Ok(())
 }
 
+/// `file` (`-` is stdin) for blocking reads.
+pub(super) fn open(file: &std::path::Path) -> std::io::Result<Box<dyn BufRead>> {
+    Ok(if file.as_os_str() == "-" {
+        Box::new(std::io::BufReader::with_capacity(
+            READ_BUFFER,
+            std::io::stdin(),
+        ))
+    } else {
+        Box::new(std::io::BufReader::with_capacity(
+            READ_BUFFER,
+            std::fs::File::open(file)?,
+        ))
+    })
+}
+
 /// What [`lines_of`] calls with each line: its bytes, its number and its full length.
-type LineFn<'a> = dyn FnMut(&[u8], u64, usize) -> std::io::Result<()> + 'a;
+pub(super) type LineFn<'a> = dyn FnMut(&[u8], u64, usize) -> std::io::Result<()> + 'a;
 
 /// Calls `f` with each line of `reader` as [`read_line_bounded`] reads them (its first `keep`
 /// bytes, less a final `\r` when a newline ends it), its line number and its full length. `split`
 /// holds a line that spans reads.
-fn lines_of(
+pub(super) fn lines_of(
     reader: &mut dyn BufRead,
     keep: usize,
     split: &mut Vec<u8>,

@@ -24,7 +24,8 @@ pub struct VerdictRecord<'a> {
     pub scores: PerMetric<Option<f64>>,
     /// The judge.
     pub judge: &'static str,
-    /// `judged`, `no_claims`, `skipped` (the LLM judge could not score it) or `rejected`.
+    /// `judged`, `no_claims`, `skipped` (the LLM judge could not score it), `unjudged` (an
+    /// assembled OTLP trace the receiver would not judge either; `reason` says why) or `rejected`.
     pub status: &'static str,
     /// Why, when not judged.
     pub reason: Option<&'static str>,

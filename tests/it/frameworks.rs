@@ -8,7 +8,12 @@
 //!   (text in order; ids where the instrumentor keeps them) and answer equal the pipeline's own;
 //! - the running receiver counts every trace: queries judged, index building `not_rag`, nothing
 //!   rejected or unreadable, received = judged + unjudged;
-//! - its scores equal those of the pipeline's own texts fed to ragwatch in its native form.
+//! - its scores equal those of the pipeline's own texts fed to ragwatch in its native form;
+//! - `ragwatch replay` of the same spans captured as the Collector's file exporter writes them
+//!   (length-prefixed protobuf and OTLP JSON lines) gives the same records both ways, and the same
+//!   verdicts and counts as the live receiver;
+//! - for one pair per instrumentor family, the same spans as Kafka messages on a tansu topic,
+//!   consumed with `decode.format = "otlp_proto"`, are assembled, judged and counted as over HTTP.
 //!
 //! The venv with the pinned frameworks (tests/frameworks-requirements.txt) is made by tests/run.sh;
 //! its python is `RAGWATCH_FRAMEWORKS_PYTHON`, else `~/.cache/ragwatch/frameworks-venv/bin/python`.
@@ -46,6 +51,8 @@ struct Pair {
     ids: bool,
     /// Traces the pipeline makes before the queries (index building).
     setup: usize,
+    /// Also deliver its spans through Kafka.
+    kafka: bool,
 }
 
 /// What the pipeline used for one query.
@@ -140,6 +147,7 @@ fn run_pair(pair: &Pair) {
     let addr = receiver.write_addr();
 
     let (batches, truth_path) = (dir.path().join("batches"), dir.path().join("truth.jsonl"));
+    let json_lines = dir.path().join("spans.jsonl");
     let started = std::time::Instant::now();
     run_ok(
         Command::new(python())
@@ -150,6 +158,8 @@ fn run_pair(pair: &Pair) {
             .args(["--endpoint", &format!("http://{addr}/v1/traces")])
             .arg("--batches")
             .arg(&batches)
+            .arg("--otlp-json")
+            .arg(&json_lines)
             .arg("--truth")
             .arg(&truth_path)
             .env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", otel_auth_header())
@@ -202,34 +212,7 @@ fn run_pair(pair: &Pair) {
             (m.sum("ragwatch_traces_assembled_total", &[]) >= total).then_some(m)
         },
     );
-    let count = |name: &str, labels: &[(&str, &str)]| m.sum(name, labels);
-    assert_eq!(
-        count("ragwatch_traces_assembled_total", &[("trigger", "root")]),
-        total,
-        "{what}"
-    );
-    assert_eq!(
-        count("ragwatch_traces_received_total", &[]),
-        total,
-        "{what}"
-    );
-    assert_eq!(
-        count("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]),
-        N as f64,
-        "{what}: judged"
-    );
-    assert_eq!(
-        count("ragwatch_traces_unjudged_total", &[("reason", "not_rag")]),
-        pair.setup as f64,
-        "{what}"
-    );
-    assert_eq!(
-        count("ragwatch_traces_unjudged_total", &[]),
-        pair.setup as f64,
-        "{what}: nothing else unjudged"
-    );
-    assert_eq!(count("ragwatch_traces_rejected_total", &[]), 0.0, "{what}");
-    assert_eq!(count("ragwatch_spans_dropped_total", &[]), 0.0, "{what}");
+    check_counts(&what, &m, pair);
 
     // The pipeline's own texts in ragwatch's native form score the same.
     let native = dir.path().join("native.jsonl");
@@ -266,20 +249,202 @@ fn run_pair(pair: &Pair) {
             (m.sum("ragwatch_traces_received_total", &[]) == N as f64).then_some(m)
         },
     );
-    for name in SCORES {
-        let labels = [("judge", "offline")];
-        let (a, b) = (native_m.sum(name, &labels), m.sum(name, &labels));
-        assert!(
-            (a - b).abs() <= 1e-9 * a.abs().max(1.0),
-            "{what}: {name}: native {a}, spans {b}"
-        );
-    }
+    same_scores(&format!("{what}: native against spans"), &native_m, &m);
     eprintln!(
         "{what}: {N} queries judged, {} index traces not_rag, {} spans, in {:?}",
         pair.setup,
         m.sum("ragwatch_spans_received_total", &[]),
         started.elapsed()
     );
+
+    let replayed = std::time::Instant::now();
+    check_replay(&what, dir.path(), pair, (&batches, &json_lines), &truth, &m);
+    eprintln!("{what}: replayed both forms in {:?}", replayed.elapsed());
+    if pair.kafka {
+        let consumed = std::time::Instant::now();
+        check_kafka(&what, dir.path(), pair, &batches, &m);
+        eprintln!("{what}: through Kafka in {:?}", consumed.elapsed());
+    }
+}
+
+/// A ragwatch's counts after the pair's traces: every trace assembled at its root and received,
+/// the queries judged, index building `not_rag`, nothing else unjudged, rejected or dropped.
+fn check_counts(what: &str, m: &Samples, pair: &Pair) {
+    let total = (N + pair.setup) as f64;
+    let count = |name: &str, labels: &[(&str, &str)]| m.sum(name, labels);
+    assert_eq!(
+        count("ragwatch_traces_assembled_total", &[("trigger", "root")]),
+        total,
+        "{what}"
+    );
+    assert_eq!(
+        count("ragwatch_traces_assembled_total", &[]),
+        total,
+        "{what}"
+    );
+    assert_eq!(
+        count("ragwatch_traces_received_total", &[]),
+        total,
+        "{what}"
+    );
+    assert_eq!(
+        count("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]),
+        N as f64,
+        "{what}: judged"
+    );
+    assert_eq!(
+        count("ragwatch_traces_unjudged_total", &[("reason", "not_rag")]),
+        pair.setup as f64,
+        "{what}"
+    );
+    assert_eq!(
+        count("ragwatch_traces_unjudged_total", &[]),
+        pair.setup as f64,
+        "{what}: nothing else unjudged"
+    );
+    assert_eq!(count("ragwatch_traces_rejected_total", &[]), 0.0, "{what}");
+    assert_eq!(count("ragwatch_spans_dropped_total", &[]), 0.0, "{what}");
+}
+
+/// The offline judge's figures in `a` and `b` agree.
+fn same_scores(what: &str, a: &Samples, b: &Samples) {
+    for name in SCORES {
+        let labels = [("judge", "offline")];
+        let (x, y) = (a.sum(name, &labels), b.sum(name, &labels));
+        assert!(
+            (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+            "{what}: {name}: {x} against {y}"
+        );
+    }
+}
+
+/// `ragwatch replay` of the captured spans, length-prefixed protobuf and OTLP JSON lines: the same
+/// records from both; per trace, the queries judged and index building `not_rag`; summed, the
+/// receiver's figures (`live`).
+fn check_replay(
+    what: &str,
+    dir: &Path,
+    pair: &Pair,
+    (proto, json): (&Path, &Path),
+    truth: &HashMap<String, Truth>,
+    live: &Samples,
+) {
+    // The configured format is OTLP; which one does not matter, each file's first byte tells.
+    let config = dir.join("replay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[decode]\nformat = \"otlp_json\"\npreset = \"{}\"\n",
+            pair.preset
+        ),
+    )
+    .unwrap();
+    let replay = |file: &Path, extra: &[&str]| -> String {
+        let out = dir.join("records.jsonl");
+        run_ok(
+            Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+                .arg("replay")
+                .arg("--config")
+                .arg(&config)
+                .args(extra)
+                .arg("--output")
+                .arg(&out)
+                .arg(file),
+        );
+        std::fs::read_to_string(&out).unwrap()
+    };
+    let from_proto = replay(proto, &[]);
+    let from_json = replay(json, &["--format", "otlp_proto"]);
+    assert_eq!(from_proto, from_json, "{what}: the two forms replay alike");
+
+    let records: Vec<Value> = from_proto
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), N + pair.setup, "{what}: one record a trace");
+    let (mut sums, mut no_claims, mut refusals) = ([0.0; 3], 0.0, 0.0);
+    for r in &records {
+        let id = r["trace_id"].as_str().unwrap();
+        match (r["status"].as_str().unwrap(), r["reason"].as_str()) {
+            ("judged" | "no_claims", reason) => {
+                assert!(truth.contains_key(id), "{what}: {id} judged, no query");
+                for (sum, key) in
+                    sums.iter_mut()
+                        .zip(["faithfulness", "answer_relevancy", "context_relevance"])
+                {
+                    *sum += r[key].as_f64().unwrap_or(0.0);
+                }
+                no_claims += f64::from(r["status"] == "no_claims");
+                refusals += f64::from(reason == Some("refusal"));
+            }
+            ("unjudged", Some("not_rag")) => {
+                assert!(!truth.contains_key(id), "{what}: query {id} not judged")
+            }
+            other => panic!("{what}: {id}: {other:?}"),
+        }
+    }
+    let want = [
+        "ragwatch_faithfulness_ratio_sum",
+        "ragwatch_answer_relevancy_ratio_sum",
+        "ragwatch_context_relevance_ratio_sum",
+        "ragwatch_no_claims_total",
+        "ragwatch_refusals_total",
+    ];
+    let got = [sums[0], sums[1], sums[2], no_claims, refusals];
+    for (name, got) in want.into_iter().zip(got) {
+        let live = live.sum(name, &[("judge", "offline")]);
+        assert!(
+            (live - got).abs() <= 1e-9 * live.abs().max(1.0),
+            "{what}: {name}: receiver {live}, replay {got}"
+        );
+    }
+}
+
+/// The same spans as Kafka messages (one OTLP request each, as the Collector's Kafka exporter
+/// writes them) on a tansu topic, consumed by a ragwatch with `decode.format = "otlp_proto"`:
+/// counted and scored as the receiver did (`live`).
+fn check_kafka(what: &str, dir: &Path, pair: &Pair, batches: &Path, live: &Samples) {
+    let broker = Broker::start();
+    let topic = unique("fw-spans");
+    broker.create_topic(&topic, 1);
+    let data = std::fs::read(batches).unwrap();
+    let mut messages = Vec::new();
+    let mut rest = &data[..];
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        messages.push((String::new(), rest[4..4 + len].to_vec()));
+        rest = &rest[4 + len..];
+    }
+    produce(&broker.brokers(), &topic, &messages);
+    let config = dir.join("kafka.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[decode]\nformat = \"otlp_proto\"\npreset = \"{}\"\n",
+            pair.preset
+        ),
+    )
+    .unwrap();
+    let env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
+    let consumer = Ragwatch::start(&config, &env);
+    let total = (N + pair.setup) as f64;
+    let m = wait_for(
+        &format!("{what}: {total} traces from Kafka"),
+        Duration::from_secs(60),
+        || {
+            let m = consumer.metrics()?;
+            (m.sum("ragwatch_traces_assembled_total", &[]) >= total
+                && m.sum("ragwatch_traces_received_total", &[]) >= total)
+                .then_some(m)
+        },
+    );
+    check_counts(&format!("{what} (Kafka)"), &m, pair);
+    assert_eq!(
+        m.sum("ragwatch_source_messages_total", &[]),
+        messages.len() as f64,
+        "{what}: every message read once"
+    );
+    same_scores(&format!("{what} (Kafka)"), live, &m);
 }
 
 #[test]
@@ -290,6 +455,7 @@ fn langchain_openllmetry() {
         preset: "openllmetry",
         ids: false,
         setup: 0,
+        kafka: true,
     });
 }
 
@@ -301,6 +467,7 @@ fn langchain_openinference() {
         preset: "openinference",
         ids: false,
         setup: 0,
+        kafka: false,
     });
 }
 
@@ -312,6 +479,7 @@ fn llamaindex_openllmetry() {
         preset: "openllmetry",
         ids: true,
         setup: 1,
+        kafka: false,
     });
 }
 
@@ -323,6 +491,7 @@ fn llamaindex_openinference() {
         preset: "openinference",
         ids: true,
         setup: 1,
+        kafka: true,
     });
 }
 
@@ -334,5 +503,18 @@ fn haystack_openinference() {
         preset: "openinference",
         ids: true,
         setup: 0,
+        kafka: false,
+    });
+}
+
+#[test]
+fn dspy_openinference() {
+    run_pair(&Pair {
+        framework: "dspy",
+        instrumentor: "openinference",
+        preset: "openinference",
+        ids: false,
+        setup: 0,
+        kafka: false,
     });
 }

@@ -6,7 +6,7 @@
 //! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, hostile input, redaction, the write listener |
 //! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
 //! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
-//! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | frameworks; with `broker` + `prometheus`: otlp |
+//! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
 //! | `deploy` | kubernetes-validate, kubectl, helm-sdkpy; with `prometheus` | deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
 //! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection; with `broker` + `prometheus`: the alert chain |
@@ -53,7 +53,7 @@ mod labels;
 #[cfg(all(feature = "broker", feature = "prometheus"))]
 mod llm;
 
-#[cfg(feature = "otel")]
+#[cfg(all(feature = "otel", feature = "broker"))]
 mod frameworks;
 #[cfg(all(feature = "otel", feature = "broker", feature = "prometheus"))]
 mod otlp;
