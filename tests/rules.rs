@@ -145,7 +145,6 @@ fn the_tests_windows_leave_no_shipped_range_or_pending_duration() {
     };
     let short = ragwatch::rules::rules_yaml(&windows);
     for range in [
-        "[5m]",
         "[1h]",
         "[24h]",
         "[10m]",
