@@ -101,33 +101,20 @@ impl Alert {
             ("meaning", spec.alerts.meaning.to_owned()),
         ];
         let in_scope = spec.alerts.in_scope_only;
-        let template = match self.kind {
-            AlertKind::BelowFloor => {
-                vars.push((
-                    "scope_comment",
-                    if in_scope {
-                        "\n        # Out-of-scope strata are excluded: their questions should be declined\n        # (RagwatchRefusalRatioLow watches them). Scope comes from ragwatch's config\n        # (ragwatch_stratum_info), not from the stratum's name.".to_owned()
-                    } else {
-                        String::new()
-                    },
-                ));
-                vars.push(("scope", scope_clause(in_scope)));
-                FLOOR
-            }
-            AlertKind::Drift => DRIFT,
-            AlertKind::Shift => {
-                vars.push((
-                    "scope_comment",
-                    if in_scope {
-                        " Out-of-scope strata are excluded,\n        # as for the floor.".to_owned()
-                    } else {
-                        String::new()
-                    },
-                ));
-                vars.push(("scope", scope_clause(in_scope)));
-                SHIFT
-            }
+        let (template, scope_comment) = match self.kind {
+            AlertKind::BelowFloor => (
+                FLOOR,
+                "\n        # Out-of-scope strata are excluded: their questions should be declined\n        # (RagwatchRefusalRatioLow watches them). Scope comes from ragwatch's config\n        # (ragwatch_stratum_info), not from the stratum's name.",
+            ),
+            AlertKind::Drift => (DRIFT, ""),
+            AlertKind::Shift => (
+                SHIFT,
+                " Out-of-scope strata are excluded,\n        # as for the floor.",
+            ),
         };
+        let scope_comment = if in_scope { scope_comment } else { "" };
+        vars.push(("scope_comment", scope_comment.to_owned()));
+        vars.push(("scope", scope_clause(in_scope)));
         fill(template, &vars)
     }
 }
@@ -147,7 +134,8 @@ pub(super) fn title(m: Metric) -> String {
     capitalized(&words(m))
 }
 
-fn capitalized(s: &str) -> String {
+/// `warning` -> `Warning`.
+pub(super) fn capitalized(s: &str) -> String {
     let mut c = s.chars();
     c.next()
         .map(|f| f.to_uppercase().chain(c).collect())

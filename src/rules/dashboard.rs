@@ -94,7 +94,7 @@ fn panel(m: Metric, id: u64, x: u64, y: u64) -> Value {
     }
     let mut p10 = target(
         format!(
-            "histogram_quantile(0.1, sum by (le, judge) (rate({}{{cluster=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", stratum=~\"$stratum\"}}[$__rate_interval])))",
+            "histogram_quantile(0.1, sum by (le, judge) (rate({}_bucket{{cluster=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", stratum=~\"$stratum\"}}[$__rate_interval])))",
             spec.histogram
         ),
         "p10 {{judge}}",

@@ -1,7 +1,7 @@
 //! The runbook (`docs/runbook.md`): the template's sections on the fixed alerts, and a section per
 //! per-metric alert with its severity, what fires it and the metric's own advice.
 
-use super::alert::{Alert, AlertKind, title, words};
+use super::alert::{Alert, AlertKind, capitalized, title, words};
 use super::template::fill;
 use crate::labels::Metric;
 
@@ -34,18 +34,11 @@ pub(super) fn runbook() -> String {
 
 /// `*Critical, stage retrieval.*`
 fn badge(alert: &Alert) -> String {
-    let severity = title_case(alert.severity());
+    let severity = capitalized(alert.severity());
     match alert.metric.spec().alerts.stage {
         Some(stage) => format!("{severity}, stage {stage}"),
         None => severity,
     }
-}
-
-fn title_case(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
 }
 
 fn shift_of(m: Metric) -> String {
