@@ -34,6 +34,29 @@ pub struct MetricSpec {
     pub floor: f64,
     /// The built-in largest drop of the combined estimate below its baseline.
     pub max_drop: f64,
+    /// Its shipped alerts: `ragwatch rules` writes their rules, unit tests, dashboard panel and
+    /// runbook sections from this row.
+    pub alerts: MetricAlerts,
+}
+
+/// How a metric's alerts are shipped. Every metric has a floor alert on the combined estimate and
+/// a shift warning on the offline judge; these fields say how loud they are and what they mean.
+#[derive(Debug)]
+pub struct MetricAlerts {
+    /// A floor breach pages (`critical`, pending for the short window) rather than warns.
+    pub floor_pages: bool,
+    /// A drop of the combined estimate below its 24-hour baseline pages too (a `Drift` alert).
+    pub drift: bool,
+    /// Strata the config declares out of scope are left out: declining there is right.
+    pub in_scope_only: bool,
+    /// The pipeline stage a low score points at, as the alerts' `stage` label.
+    pub stage: Option<&'static str>,
+    /// What a low score means, closing the floor alert's description (one clause, no full stop).
+    pub meaning: &'static str,
+    /// The runbook's advice when the floor alert fires (Markdown).
+    pub floor_advice: &'static str,
+    /// The runbook's advice when the shift warning fires (Markdown).
+    pub shift_advice: &'static str,
 }
 
 impl Metric {
@@ -55,6 +78,15 @@ impl Metric {
                 help: "Faithfulness scores (supported claims / claims), by stratum and judge.",
                 floor: 0.7,
                 max_drop: 0.05,
+                alerts: MetricAlerts {
+                    floor_pages: true,
+                    drift: true,
+                    in_scope_only: false,
+                    stage: None,
+                    meaning: "the answers state things their retrieved contexts do not support",
+                    floor_advice: "- **Check**: the dashboard's faithfulness panels by judge: does the LLM judge's own mean agree? Did\n  the offline judge move too (a shift warning, inhibited while this fires)? Read a few verdict records\n  of the stratum (`records_path`): which claims are unsupported, and by what contexts.\n- **Then**: what changed: the generator model or prompt (`metadata.model`, `prompt_version` in the\n  traces), the retriever (context counts and scores), the document index. The diagnosis names the\n  stage to look at first (see `RagwatchDiagnosis`). Roll back the change; the alert resolves when the\n  upper bound is back above the floor.",
+                    shift_advice: "- **Check**: whether the combined estimate of the stratum is moving too (faithfulness panels); the\n  verdict records of the stratum; what was deployed around the start. A change in the question mix of\n  the stratum (a new customer, a campaign) also shifts it without anything being broken.\n- **Then**: if the LLM judge confirms, treat it as the faithfulness page above; if it does not after an\n  hour of samples, the offline judge is reacting to something the LLM judge does not see (new wording,\n  new document formats): note it, and raise `shift_sd` for the stratum if it repeats.",
+                },
             },
             MetricSpec {
                 name: "answer_relevancy",
@@ -62,6 +94,15 @@ impl Metric {
                 help: "Answer relevancy scores, by stratum and judge.",
                 floor: 0.6,
                 max_drop: 0.1,
+                alerts: MetricAlerts {
+                    floor_pages: false,
+                    drift: false,
+                    in_scope_only: true,
+                    stage: None,
+                    meaning: "the answers address their questions poorly",
+                    floor_advice: "Often a prompt change, a truncated generation, or retrieval bringing off-topic passages. Check\n`prompt_version` and the answers' lengths in the traces; compare with context relevance (off-topic\ncontexts) before blaming the prompt.",
+                    shift_advice: "Usually a prompt or template change, truncated generations, or a new kind of question. Check the\nstratum's answers in the verdict records and the combined answer relevancy; act as for\n`RagwatchAnswerRelevancyBelowFloor`.",
+                },
             },
             MetricSpec {
                 name: "context_relevance",
@@ -69,6 +110,15 @@ impl Metric {
                 help: "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
                 floor: 0.3,
                 max_drop: 0.15,
+                alerts: MetricAlerts {
+                    floor_pages: false,
+                    drift: false,
+                    in_scope_only: true,
+                    stage: Some("retrieval"),
+                    meaning: "the retriever, index or embedding model is the first suspect, before the generator",
+                    floor_advice: "Look at the retriever before the generator: an index rebuild, an embedding model change, a\nchunking change, a filter dropping documents, or new questions the corpus does not cover (compare\n`ragwatch_retrieval_score` and `ragwatch_contexts_retrieved` on the Retrieval panel; their shift\noften comes first).",
+                    shift_advice: "Retrieval got worse for the stratum: look at the retriever before the generator, as for\n`RagwatchContextRelevanceBelowFloor`.",
+                },
             },
         ];
         &SPECS[self.index()]

@@ -24,7 +24,7 @@
 //! # Layers
 //! Dependencies point down only (`tests/it/layering.rs` fails on an upward `crate::` reference):
 //! ```text
-//! app, http, replay, gate, fuzzing     entry points and wiring
+//! app, http, replay, gate, fuzzing, rules  entry points and wiring
 //! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
 //! pipeline                             one message from bytes to the recorder; the judge pool
 //! recorder                             verdicts into metrics and windows; the evaluator
@@ -74,6 +74,8 @@
 //! - [`app`]: `ragwatch run` wiring and the shutdown sequence.
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.
 //! - [`gate`]: `ragwatch gate`, floors and maximum drops over replay summaries for CI.
+//! - [`rules`]: `ragwatch rules`, the shipped Prometheus rules, their unit tests, the dashboard and
+//!   the runbook written from the metric list.
 //! - [`fuzzing`]: the decoder invariant that `fuzz/` and the corpus regression test check.
 
 pub mod app;
@@ -92,6 +94,7 @@ pub mod pipeline;
 pub mod recorder;
 pub mod redact;
 pub mod replay;
+pub mod rules;
 pub mod sample;
 pub mod source;
 pub mod trace;

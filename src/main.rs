@@ -93,6 +93,31 @@ enum Command {
         #[arg(long)]
         date: String,
     },
+    /// Write the Prometheus rules, their unit tests, the PrometheusRule, the Grafana dashboard and
+    /// the runbook from the metric list (run from the repository root after changing a metric).
+    Rules {
+        /// The repository root to write into.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        /// Write nothing; exit 1 if a file differs from what would be written.
+        #[arg(long)]
+        check: bool,
+        /// The short window (shipped 5m); tests shorten the windows to run the rules in a minute.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+        short: std::time::Duration,
+        /// The middle window (shipped 1h).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+        middle: std::time::Duration,
+        /// The baseline window (shipped 24h).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+        baseline: std::time::Duration,
+        /// One range for every health alert (shipped 10m and 15m).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        health: Option<std::time::Duration>,
+        /// One pending duration (`for:`) for every alert shipped with 5m, 10m or 15m.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        pending: Option<std::time::Duration>,
+    },
     /// Validate the config and print it with environment overrides applied, secrets redacted.
     CheckConfig {
         /// Config file.
@@ -160,6 +185,37 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Rules {
+            root,
+            check,
+            short,
+            middle,
+            baseline,
+            health,
+            pending,
+        } => {
+            let windows = ragwatch::rules::Windows {
+                short,
+                middle,
+                baseline,
+                health,
+                pending,
+            };
+            match ragwatch::rules::write(&root, &windows, check) {
+                Ok(stale) if check && !stale.is_empty() => {
+                    eprintln!(
+                        "ragwatch: not what `ragwatch rules` writes: {}",
+                        stale.join(", ")
+                    );
+                    ExitCode::FAILURE
+                }
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ragwatch: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::CheckConfig { config } => match load_for_run(&config, &env) {
             Ok(c) => {
                 println!("{}", c.to_redacted_toml());

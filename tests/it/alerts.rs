@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use label_judge::LabelJudge;
 use prometheus::{
-    WINDOWS, by_stratum, daemon, query, shorten_windows, start_prometheus, unix_secs, urlencode,
+    WINDOWS, by_stratum, daemon, query, start_prometheus, test_dashboard, test_rules, unix_secs,
+    urlencode,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -440,7 +441,7 @@ fn panel_queries(panels: &Value, out: &mut Vec<(String, String)>) {
 }
 
 /// A dashboard query as Grafana would send it here: template variables at "All" (`.*`), Grafana's
-/// interval variables, the windows' labels and ranges as the test runs them.
+/// interval variables. The dashboard is generated with the test's windows.
 fn dashboard_query(expr: &str, variables: &[String]) -> String {
     let mut q = expr
         .replace("$__rate_interval", "20s")
@@ -454,13 +455,7 @@ fn dashboard_query(expr: &str, variables: &[String]) -> String {
             .replace(&format!("${{{v}}}"), ".*")
             .replace(&format!("${v}"), ".*");
     }
-    for (shipped, test) in [300, 3600, 86_400].iter().zip(WINDOWS) {
-        q = q.replace(
-            &format!("window=\"{}\"", ragwatch::window::window_label(*shipped)),
-            &format!("window=\"{}\"", ragwatch::window::window_label(test)),
-        );
-    }
-    shorten_windows(&q)
+    q
 }
 
 #[test]
@@ -582,8 +577,7 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
             (!up.is_empty()).then_some(())
         },
     );
-    let rules = std::fs::read_to_string(repo().join("deploy/prometheus/rules.yaml")).unwrap();
-    std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
     // SIGHUP: Prometheus reloads its configuration and rule files.
     let hup = Command::new("kill")
         .args(["-HUP", &_prom.0.id().to_string()])
@@ -944,10 +938,7 @@ impl Watch {
 
 /// Every dashboard panel's query returns data from this Prometheus.
 fn check_dashboard(prom: u16) {
-    let dash: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("deploy/grafana/ragwatch-dashboard.json")).unwrap(),
-    )
-    .unwrap();
+    let dash = test_dashboard();
     let variables: Vec<String> = dash["templating"]["list"]
         .as_array()
         .into_iter()

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::common::openai::FakeOpenAi;
 use crate::common::{Ragwatch, gen_traces, http_post, pipe, run_ok, wait_for};
 use manifests::validate;
-use prometheus::{query, shorten_windows, start_prometheus};
+use prometheus::{WINDOWS, query, start_prometheus, test_dashboard, test_rules};
 use serde_json::{Value, json};
 
 fn root() -> &'static Path {
@@ -1547,7 +1547,18 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         ),
     )
     .unwrap();
-    let rw = Ragwatch::start(&config, &[]);
+    // ragwatch, the rules and the dashboard share the tests' windows.
+    let rw = Ragwatch::start(
+        &config,
+        &[
+            (
+                "RAGWATCH__WINDOWS__WINDOW_SECS",
+                format!("[{}, {}, {}]", WINDOWS[0], WINDOWS[1], WINDOWS[2]),
+            ),
+            ("RAGWATCH__WINDOWS__SHORT_SECS", WINDOWS[0].to_string()),
+            ("RAGWATCH__WINDOWS__BASELINE_SECS", WINDOWS[2].to_string()),
+        ],
+    );
     // A reviewer labels every trace of the file, again every second (the file loops): one in three
     // unfaithful, so every stratum has both classes and the label AUROC panel has data.
     let labels: String = traces
@@ -1569,8 +1580,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         })
     };
 
-    let rules = std::fs::read_to_string(root().join("deploy/prometheus/rules.yaml")).unwrap();
-    std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
@@ -1581,14 +1591,14 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     .unwrap();
     let (prom_port, _prom) = start_prometheus(dir.path(), &[]);
 
-    let d = dashboard();
+    let d = test_dashboard();
     for panel in d["panels"].as_array().unwrap() {
         // Kafka's series need a broker: tests/it/alerts.rs checks those panels over a real one.
         for expr in exprs(panel)
             .into_iter()
             .filter(|e| !e.contains("ragwatch_kafka_"))
         {
-            let q = shorten_windows(&substitute(expr));
+            let q = substitute(expr);
             wait_for(
                 &format!("data for panel {}: {q}", panel["title"]),
                 Duration::from_secs(90),

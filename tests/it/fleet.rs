@@ -10,7 +10,7 @@
 //! unsure about, every out-of-scope trace), and each replica writes its verdict records to a file.
 //! Debian's Prometheus scrapes each replica as its own target (distinct `pod` and `instance`, one
 //! `namespace`) every second and evaluates the shipped `deploy/prometheus/rules.yaml`, its ranges
-//! shortened by `prometheus::shorten_windows` (5m -> 20 s, 1h -> 40 s, 24h -> 300 s).
+//! generated with the tests' windows (`prometheus::test_rules`: 5m -> 20 s, 1h -> 40 s, 24h -> 300 s).
 //!
 //! Traffic comes in batches of generated traces over four strata, one batch at the start of each
 //! 10-second slot; a batch is over when every replica's counters are flat, every sampled trace is
@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use label_judge::LabelJudge;
-use prometheus::{WINDOWS, query, query_at, shorten_windows, start_prometheus, unix_secs};
+use prometheus::{WINDOWS, query, query_at, start_prometheus, test_rules, unix_secs};
 use ragwatch::config::Config;
 use ragwatch::labels::Metric;
 use ragwatch::pipeline::{Pipeline, Shared};
@@ -286,7 +286,7 @@ fn sleep_until(t: f64) {
     }
 }
 
-/// "20s" -> 20.0 (the units shorten_windows writes: ms, s, m, h).
+/// "20s" -> 20.0 (Prometheus duration units: ms, s, m, h, d).
 fn seconds(range: &str) -> f64 {
     let mut total = 0.0;
     let mut number = String::new();
@@ -314,12 +314,13 @@ fn seconds(range: &str) -> f64 {
     total
 }
 
-/// The test's length of a shipped range, as shorten_windows writes it.
+/// The test's length of a shipped window (5m, 1h, 24h) in seconds.
 fn window(shipped: &str) -> f64 {
-    let short = shorten_windows(&format!("[{shipped}]"));
-    let inner = short.trim_start_matches('[').trim_end_matches(']');
-    assert_ne!(inner, shipped, "shorten_windows shortens [{shipped}]");
-    seconds(inner)
+    let i = ["5m", "1h", "24h"]
+        .iter()
+        .position(|w| *w == shipped)
+        .unwrap_or_else(|| panic!("{shipped} is not a scoring window"));
+    WINDOWS[i] as f64
 }
 
 /// The longest evaluation interval of any rule group in `rules` (1 s, the global one, if none
@@ -801,13 +802,16 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
         process: None,
         retired: Vec::new(),
     };
-    // RAGWATCH_FLEET_RULES names another rules file (an earlier version, to compare); by default
-    // the shipped one.
-    let rules_path = std::env::var_os("RAGWATCH_FLEET_RULES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("deploy/prometheus/rules.yaml"));
-    eprintln!("rules: {}", rules_path.display());
-    let rules = shorten_windows(&std::fs::read_to_string(&rules_path).unwrap());
+    // RAGWATCH_FLEET_RULES names another rules file (an earlier version, to compare), written
+    // with the tests' windows (`ragwatch rules --short 20s --middle 40s --baseline 300s --health
+    // 20s --pending 3s`); by default the shipped rules, generated with those windows.
+    let rules = match std::env::var_os("RAGWATCH_FLEET_RULES").map(PathBuf::from) {
+        Some(path) => {
+            eprintln!("rules: {}", path.display());
+            std::fs::read_to_string(&path).unwrap()
+        }
+        None => test_rules(),
+    };
     let lag = longest_interval(&rules);
     std::fs::write(dir.path().join("rules.yaml"), &rules).unwrap();
     let mut targets = String::new();

@@ -353,7 +353,7 @@ fn replay_joins_a_label_file() {
 /// classes: a rule that joined the two labels as text would lose it.
 #[test]
 fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
-    use prometheus::{query, shorten_windows, start_prometheus};
+    use prometheus::{query, start_prometheus, test_rules};
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let traces = gen_traces(
@@ -398,8 +398,8 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         ),
     )
     .unwrap();
-    let rules = std::fs::read_to_string(root.join("deploy/prometheus/rules.yaml")).unwrap();
-    std::fs::write(dir.path().join("rules.yaml"), shorten_windows(&rules)).unwrap();
+    let rules = test_rules();
+    std::fs::write(dir.path().join("rules.yaml"), &rules).unwrap();
     let (prom, _prom) = start_prometheus(dir.path(), &[]);
     // Prometheus has seen the labelled series at zero before any label arrives.
     wait_for(
@@ -468,11 +468,8 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     assert!(top_share > 0.1, "the top bucket holds {top_share}");
     // The same rule joining `le` as text (the bound "1.0" never meets "1") reads these buckets
     // differently: the comparison below can tell a rule that drops the top bucket.
-    let shortened = shorten_windows(&rules);
-    let start = shortened
-        .find("record: ragwatch:label_auroc:ratio_1h")
-        .unwrap();
-    let block = &shortened[start..];
+    let start = rules.find("record: ragwatch:label_auroc:ratio_1h").unwrap();
+    let block = &rules[start..];
     let block = &block[block.find("expr: |").unwrap() + "expr: |".len()..];
     let rule: String = block
         .lines()

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["recorder"],
     &["pipeline"],
     &["source"],
-    &["http", "app", "replay", "gate", "fuzzing"],
+    &["http", "app", "replay", "gate", "fuzzing", "rules"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

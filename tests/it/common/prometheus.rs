@@ -1,5 +1,5 @@
 //! A real Prometheus (and Alertmanager) on loopback for the tests that run the shipped rules:
-//! starting Debian's daemons, shortening the rules' ranges for a test, and the HTTP query API.
+//! starting Debian's daemons, the rules generated with the tests' windows, and the HTTP query API.
 //!
 //! Used as `#[path = "common/prometheus.rs"] mod prometheus;` beside `mod common;`.
 
@@ -14,39 +14,31 @@ use serde_json::Value;
 
 use crate::common::{http_get, spawn_on_free_port};
 
-/// The shipped rules' ranges and the tests': 5m is the short window, 1h the middle one, 24h the
-/// baseline; 10m and 15m only appear in health alerts.
-pub const RANGES: [(&str, &str); 5] = [
-    ("5m", "20s"),
-    ("1h", "40s"),
-    ("24h", "300s"),
-    ("10m", "20s"),
-    ("15m", "20s"),
-];
-
-/// ragwatch's windows, as the rules' ranges above: short, middle, baseline (seconds). The baseline
-/// is shortened less than the rest (24h is 288 short windows; here 15): a baseline only a few short
-/// windows long is contaminated by a drop within a minute and no longer measures the drop.
+/// ragwatch's windows in the tests that run the rules in a real Prometheus: short, middle,
+/// baseline (seconds). The baseline is shortened less than the rest (24h is 288 short windows;
+/// here 15): a baseline only a few short windows long is contaminated by a drop within a minute
+/// and no longer measures the drop.
 pub const WINDOWS: [u64; 3] = [20, 40, 300];
 
-/// The rules (or a query) with the tests' ranges and `for:` durations.
-pub fn shorten_windows(rules: &str) -> String {
-    let mut s = rules.to_owned();
-    for (from, to) in RANGES {
-        s = s.replace(&format!("[{from}]"), &format!("[{to}]"));
+/// The rules' windows for those tests: [`WINDOWS`], health ranges of 20 s, alerts pending 3 s.
+pub fn test_windows() -> ragwatch::rules::Windows {
+    ragwatch::rules::Windows {
+        short: Duration::from_secs(WINDOWS[0]),
+        middle: Duration::from_secs(WINDOWS[1]),
+        baseline: Duration::from_secs(WINDOWS[2]),
+        health: Some(Duration::from_secs(20)),
+        pending: Some(Duration::from_secs(3)),
     }
-    // The exact window sums read deltas over a window one millisecond short of it.
-    for (from, to) in [
-        ("4m59s999ms", "19s999ms"),
-        ("59m59s999ms", "39s999ms"),
-        ("23h59m59s999ms", "299s999ms"),
-    ] {
-        s = s.replace(&format!("[{from}]"), &format!("[{to}]"));
-    }
-    for d in ["5m", "10m", "15m"] {
-        s = s.replace(&format!("for: {d}"), "for: 3s");
-    }
-    s
+}
+
+/// The shipped rules as `ragwatch rules` writes them with [`test_windows`].
+pub fn test_rules() -> String {
+    ragwatch::rules::rules_yaml(&test_windows())
+}
+
+/// The shipped dashboard as `ragwatch rules` writes it with [`test_windows`].
+pub fn test_dashboard() -> Value {
+    serde_json::from_str(&ragwatch::rules::dashboard_json(&test_windows())).unwrap()
 }
 
 /// A child process killed (and reaped) when dropped.

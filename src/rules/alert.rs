@@ -1,0 +1,371 @@
+//! The rules file: the template's fixed groups with each metric's recording rules and alerts.
+
+use super::template::fill;
+use super::window::Windows;
+use crate::labels::Metric;
+
+const TEMPLATE: &str = include_str!("templates/rules.yaml");
+
+/// Where the runbook's sections are published; an alert's `runbook_url` is this plus its anchor.
+pub(super) const RUNBOOK_URL: &str =
+    "https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md";
+
+/// The per-metric alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertKind {
+    /// The combined estimate's upper bound is below the floor.
+    BelowFloor,
+    /// The combined estimate dropped from its baseline (metrics with `alerts.drift`).
+    Drift,
+    /// The offline judge's scale-free shift from its own baseline.
+    Shift,
+}
+
+/// One metric's alert of one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Alert {
+    /// The metric it watches.
+    pub metric: Metric,
+    /// Which rule.
+    pub kind: AlertKind,
+}
+
+impl Alert {
+    /// The metric's alerts, in the order the rules file lists them.
+    pub fn of_metric(metric: Metric) -> Vec<Alert> {
+        let mut kinds = vec![AlertKind::BelowFloor];
+        if metric.spec().alerts.drift {
+            kinds.push(AlertKind::Drift);
+        }
+        kinds.push(AlertKind::Shift);
+        kinds
+            .into_iter()
+            .map(|kind| Alert { metric, kind })
+            .collect()
+    }
+
+    /// The alert name: `Ragwatch<Metric><Kind>`.
+    pub fn name(&self) -> String {
+        let kind = match self.kind {
+            AlertKind::BelowFloor => "BelowFloor",
+            AlertKind::Drift => "Drift",
+            AlertKind::Shift => "Shift",
+        };
+        format!("Ragwatch{}{kind}", camel(self.metric))
+    }
+
+    /// The runbook section's anchor: the name in lower case.
+    pub fn anchor(&self) -> String {
+        self.name().to_lowercase()
+    }
+
+    /// `critical` or `warning`.
+    pub fn severity(&self) -> &'static str {
+        match self.kind {
+            AlertKind::BelowFloor if self.metric.spec().alerts.floor_pages => "critical",
+            AlertKind::Drift => "critical",
+            AlertKind::BelowFloor | AlertKind::Shift => "warning",
+        }
+    }
+
+    /// How long its condition holds before it fires, as shipped (seconds): a page waits one
+    /// short window, a warning two.
+    pub fn pending_secs(&self) -> u64 {
+        if self.severity() == "critical" {
+            300
+        } else {
+            600
+        }
+    }
+
+    /// Its rule in the `ragwatch.alerts` group.
+    fn rule(&self, windows: &Windows) -> String {
+        let m = self.metric;
+        let spec = m.spec();
+        let name = m.name();
+        let mut vars = vec![
+            ("alert", self.name()),
+            ("metric", name.to_owned()),
+            ("words", words(m)),
+            ("title", title(m)),
+            ("for", windows.pending_for(self.pending_secs())),
+            ("severity", self.severity().to_owned()),
+            (
+                "stage_label",
+                spec.alerts
+                    .stage
+                    .map(|s| format!("\n          stage: {s}"))
+                    .unwrap_or_default(),
+            ),
+            ("runbook_url", format!("{RUNBOOK_URL}#{}", self.anchor())),
+            ("meaning", spec.alerts.meaning.to_owned()),
+        ];
+        let in_scope = spec.alerts.in_scope_only;
+        let (template, scope_comment) = match self.kind {
+            AlertKind::BelowFloor => (
+                FLOOR,
+                "\n        # Out-of-scope strata are excluded: their questions should be declined\n        # (RagwatchRefusalRatioLow watches them). Scope comes from ragwatch's config\n        # (ragwatch_stratum_info), not from the stratum's name.",
+            ),
+            AlertKind::Drift => (DRIFT, ""),
+            AlertKind::Shift => (
+                SHIFT,
+                " Out-of-scope strata are excluded,\n        # as for the floor.",
+            ),
+        };
+        let scope_comment = if in_scope { scope_comment } else { "" };
+        vars.push(("scope_comment", scope_comment.to_owned()));
+        vars.push(("scope", scope_clause(in_scope)));
+        fill(template, &vars)
+    }
+}
+
+/// `answer_relevancy` -> `AnswerRelevancy`.
+pub(super) fn camel(m: Metric) -> String {
+    m.name().split('_').map(capitalized).collect()
+}
+
+/// `answer_relevancy` -> `answer relevancy`.
+pub(super) fn words(m: Metric) -> String {
+    m.name().replace('_', " ")
+}
+
+/// `answer_relevancy` -> `Answer relevancy`.
+pub(super) fn title(m: Metric) -> String {
+    capitalized(&words(m))
+}
+
+/// `warning` -> `Warning`.
+pub(super) fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+fn scope_clause(in_scope_only: bool) -> String {
+    if in_scope_only {
+        "\n          unless on (namespace, stratum) ragwatch_stratum_info{scope=\"out_of_scope\"}"
+            .to_owned()
+    } else {
+        String::new()
+    }
+}
+
+/// The histogram's recording-rule stem: `faithfulness_ratio`.
+fn stem(m: Metric) -> &'static str {
+    let h = m.spec().histogram;
+    h.strip_prefix("ragwatch_").unwrap_or(h)
+}
+
+/// The rules file with `windows`.
+pub(super) fn rules_yaml(windows: &Windows) -> String {
+    let vars = windows.vars();
+    let mut deltas = String::new();
+    let mut means = String::new();
+    let mut combined = String::new();
+    let mut alerts = String::new();
+    for m in Metric::ALL {
+        for part in ["count", "sum"] {
+            let series = format!("{}_{part}", stem(m));
+            deltas.push_str(&format!("      - record: ragwatch:{series}:last\n        expr: ragwatch_{series}\n      - record: ragwatch:{series}:delta\n        expr: (ragwatch:{series}:last - last_over_time(ragwatch:{series}:last[@@middle@@] offset 1ms) >= 0) or ragwatch:{series}:last\n"));
+        }
+        for (window, sum) in [
+            ("5m", "@@short_sum@@"),
+            ("1h", "@@middle_sum@@"),
+            ("24h", "@@baseline_sum@@"),
+        ] {
+            means.push_str(&format!("      - record: ragwatch:{name}:mean_{window}\n        expr: sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_sum:delta[{sum}])) / sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[{sum}]))\n",
+                name = m.name(),
+                s = stem(m),));
+        }
+        means.push_str(&format!("      - record: ragwatch:{name}:samples_5m\n        expr: sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[@@short_sum@@]))\n",
+            name = m.name(),
+            s = stem(m),));
+        let mut estimates = vec![
+            ("combined_mean_5m", "estimate:mean_5m"),
+            ("combined_upper_5m", "estimate:upper_5m"),
+            ("combined_lower_5m", "estimate:lower_5m"),
+            ("combined_samples_5m", ""),
+            ("combined_mean_24h", "estimate:mean_24h"),
+        ];
+        if m.spec().alerts.drift {
+            estimates.push(("combined_drop_level", "estimate:drop_level"));
+        }
+        for (record, source) in estimates {
+            let expr = if source.is_empty() {
+                format!(
+                    "max without (metric, term) (ragwatch:estimate_terms:increase5m{{metric=\"{}\",term=\"k\"}})",
+                    m.name()
+                )
+            } else {
+                format!(
+                    "max without (metric) (ragwatch:{source}{{metric=\"{}\"}})",
+                    m.name()
+                )
+            };
+            combined.push_str(&format!("      - record: ragwatch:{}:{record}\n        expr: {expr}\n        labels:\n          judge: combined\n",
+                m.name()));
+        }
+        for alert in Alert::of_metric(m) {
+            alerts.push_str(&alert.rule(windows));
+        }
+    }
+    let per_metric = |part: &str, sum: &str| {
+        Metric::ALL
+            .into_iter()
+            .map(|m| {
+                format!(
+                    "label_replace(sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{}_{part}:delta[{sum}])), \"metric\", \"{}\", \"\", \"\")",
+                    stem(m),
+                    m.name()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n          or ")
+    };
+    let blocks = [
+        ("metric_deltas", deltas),
+        ("metric_means", means),
+        ("metric_combined", combined),
+        ("metric_alerts", alerts),
+        ("score_count_short", per_metric("count", "@@short_sum@@")),
+        ("score_sum_short", per_metric("sum", "@@short_sum@@")),
+        (
+            "score_count_baseline",
+            per_metric("count", "@@baseline_sum@@"),
+        ),
+        ("score_sum_baseline", per_metric("sum", "@@baseline_sum@@")),
+    ];
+    // The blocks hold window placeholders of their own: fill them in a second pass.
+    let with_blocks = fill(
+        TEMPLATE,
+        &blocks
+            .iter()
+            .map(|(k, v)| (*k, v.trim_end_matches('\n').to_owned()))
+            .chain(vars.iter().map(|(k, _)| (*k, format!("@@{k}@@"))))
+            .collect::<Vec<_>>(),
+    );
+    fill(&with_blocks, &vars)
+}
+
+const FLOOR: &str = r#"      - alert: @@alert@@
+        # The combined estimate's upper confidence bound is below the floor: even the most favourable
+        # reading of the short window is too low, with enough LLM-judged pairs behind it.@@scope_comment@@
+        expr: |
+          (
+            ragwatch:@@metric@@:combined_upper_5m
+              < on (namespace, stratum, judge) ragwatch:threshold_floor:ratio{metric="@@metric@@", judge="combined"}
+          )
+          and on (namespace, stratum)
+          (
+            ragwatch:@@metric@@:combined_samples_5m
+              >= on (namespace, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
+          )@@scope@@
+        for: @@for@@
+        labels:
+          severity: @@severity@@
+          metric: @@metric@@@@stage_label@@
+        annotations:
+          summary: "@@title@@ of stratum {{ $labels.stratum }} is below its floor"
+          description: >-
+            Over the last 5 minutes, the combined estimate of @@words@@ in stratum {{ $labels.stratum }} is
+            {{ with printf "ragwatch:@@metric@@:combined_mean_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            (interval {{ with printf "ragwatch:@@metric@@:combined_lower_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            to {{ $value | humanizePercentage }}, {{ with printf "ragwatch:@@metric@@:combined_samples_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | printf "%.0f" }}{{ end }} LLM-judged traces):
+            even its upper bound is below the floor of
+            {{ with printf "ragwatch:threshold_floor:ratio{namespace='%s',metric='@@metric@@',stratum='%s',judge='combined'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }};
+            @@meaning@@.{{ range printf "max by (stage) (ragwatch:diagnosis:max{namespace='%s',stratum='%s'}) == 1" $labels.namespace $labels.stratum | query | sortByLabel "stage" }} Diagnosis: look at {{ .Labels.stage }}.{{ end }}
+          runbook_url: "@@runbook_url@@"
+"#;
+
+const DRIFT: &str = r#"      - alert: @@alert@@
+        # Two-sample: the short window's combined mean is more than max_drop below the baseline's (the
+        # baseline without the short window), by more than the confidence half-width of the difference;
+        # both windows with at least min_samples LLM-judged pairs.
+        expr: |
+          (
+            ragwatch:@@metric@@:combined_mean_5m
+              < on (namespace, stratum, judge) ragwatch:@@metric@@:combined_drop_level
+          )
+          and on (namespace, stratum)
+          (
+            ragwatch:@@metric@@:combined_samples_5m
+              >= on (namespace, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
+          )
+          and on (namespace, stratum)
+          (
+            ragwatch:estimate_terms:rest24h{metric="@@metric@@", term="k"}
+              >= on (namespace, metric, stratum) ragwatch:threshold_min_samples:count{judge="combined"}
+          )
+          # A baseline with fewer verdicts than the window it judges is mostly noise.
+          and on (namespace, stratum)
+          (
+            ragwatch:estimate_terms:rest24h{metric="@@metric@@", term="k"}
+              >= on (namespace, metric, stratum) ragwatch:estimate_terms:increase5m{term="k"}
+          )
+          # A judge change is a metric reset: no drift against a baseline from another judge.
+          unless on (namespace) (ragwatch:judge_models:count_24h > 1)
+        # One short window: measured on faithfulness at ~60 verdicts per 5 minutes (the shipped
+        # budget), a drop from 90 % to 50 % faithful answers pages within 15 minutes 4 times in 5 and
+        # within 30 minutes 99 times in 100; `for: 10m` pages within 15 minutes 1 time in 3. No false
+        # page in 200 simulated healthy days either way (benches/page_power.py; figures in
+        # docs/runbook.md).
+        for: @@for@@
+        labels:
+          severity: @@severity@@
+          metric: @@metric@@@@stage_label@@
+        annotations:
+          summary: "@@title@@ of stratum {{ $labels.stratum }} dropped from its 24h baseline"
+          description: >-
+            The combined estimate of @@words@@ in stratum {{ $labels.stratum }} over the last 5 minutes
+            is {{ $value | humanizePercentage }}, against {{ with printf "ragwatch:@@metric@@:combined_mean_24h{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            over the rest of its 24-hour baseline: more than the allowed drop, beyond the noise of both windows.
+          runbook_url: "@@runbook_url@@"
+"#;
+
+const SHIFT: &str = r#"      - alert: @@alert@@
+        # The offline judge's scale-free rule: its short-window mean is significantly and materially
+        # below the rest of its baseline. The offline score is a probability on a compressed scale; it
+        # has no floor, only this comparison with itself.@@scope_comment@@
+        expr: |
+          (
+            ragwatch:shift:z_5m{metric="@@metric@@"}
+              >= on (namespace, metric, stratum, judge) ragwatch:threshold_shift_z:max
+          )
+          and on (namespace, metric, stratum, judge)
+          (
+            ragwatch:shift:effect_sd_5m
+              >= on (namespace, metric, stratum, judge) ragwatch:threshold_shift_sd:max
+          )
+          and on (namespace, metric, stratum, judge)
+          (
+            ragwatch:score_count:increase5m
+              >= on (namespace, metric, stratum, judge) ragwatch:threshold_min_samples:count
+          )
+          and on (namespace, metric, stratum, judge)
+          (
+            ragwatch:shift:baseline_count_24h
+              >= on (namespace, metric, stratum, judge) ragwatch:threshold_min_samples:count
+          )
+          # A reference with less history than the window it judges is mostly noise.
+          and on (namespace, metric, stratum, judge)
+          (
+            ragwatch:shift:baseline_count_24h
+              >= on (namespace, metric, stratum, judge) ragwatch:score_count:increase5m
+          )@@scope@@
+          unless on (namespace) (ragwatch:judge_models:count_24h > 1)
+        for: @@for@@
+        labels:
+          severity: @@severity@@
+          metric: @@metric@@@@stage_label@@
+        annotations:
+          summary: "The {{ $labels.judge }} judge's @@words@@ of stratum {{ $labels.stratum }} shifted down from its baseline"
+          description: >-
+            The {{ $labels.judge }} judge's 5-minute mean @@words@@ in stratum {{ $labels.stratum }} is
+            {{ with printf "ragwatch:shift:short_mean_5m{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
+            against {{ with printf "ragwatch:shift:baseline_mean_24h{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
+            over the rest of the last 24 hours: z = {{ $value | printf "%.1f" }},
+            {{ with printf "ragwatch:shift:effect_sd_5m{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.2f" }}{{ end }}
+            baseline standard deviations lower (scores on that judge's own scale).
+          runbook_url: "@@runbook_url@@"
+"#;

@@ -1,0 +1,161 @@
+//! The Grafana dashboard: the template's panels, and in the per-stratum row one panel per metric
+//! (each judge's mean, the combined estimate, the floors, the 10th percentile with exemplars, and
+//! a link to the runbook section of each of the metric's alerts).
+
+use serde_json::{Value, json};
+
+use super::alert::{Alert, title, words};
+use super::template::fill;
+use super::window::Windows;
+use crate::labels::Metric;
+
+const TEMPLATE: &str = include_str!("templates/dashboard.json");
+
+/// Where the metric panels start: below the per-stratum row's first line of panels.
+const TOP: u64 = 15;
+/// A metric panel's width and height; three to a line.
+const WIDTH: u64 = 8;
+const HEIGHT: u64 = 8;
+/// The first metric panel's id: above every id the template uses.
+const FIRST_ID: u64 = 100;
+
+/// The dashboard's JSON with `windows` in its queries.
+pub(super) fn dashboard_json(windows: &Windows) -> String {
+    let per_line = 24 / WIDTH;
+    let lines = (Metric::COUNT as u64).div_ceil(per_line);
+    let height = lines * HEIGHT;
+    let panels: Vec<String> = Metric::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let i = i as u64;
+            let panel = panel(
+                m,
+                FIRST_ID + i,
+                (i % per_line) * WIDTH,
+                TOP + (i / per_line) * HEIGHT,
+            );
+            let text = serde_json::to_string_pretty(&panel).unwrap_or_default();
+            let indented: Vec<String> = text.lines().map(|l| format!("    {l}")).collect();
+            format!("{},", indented.join("\n"))
+        })
+        .collect();
+    let mut vars: Vec<(String, String)> = windows
+        .vars()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    vars.push((
+        "short_label".to_owned(),
+        crate::window::window_label(windows.short.as_secs()),
+    ));
+    vars.push(("metric_panels".to_owned(), panels.join("\n")));
+    // Panels below the metric panels move down by their height: `@@y:N@@` is N plus that height.
+    let mut rest = TEMPLATE;
+    while let Some(i) = rest.find("@@y:") {
+        let after = &rest[i + 4..];
+        let n: String = after.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(y) = n.parse::<u64>() {
+            vars.push((format!("y:{n}"), (y + height).to_string()));
+        }
+        rest = after;
+    }
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    fill(TEMPLATE, &vars)
+}
+
+/// `ragwatch:<metric>:...{cluster, namespace, stratum}` as the per-stratum row selects it.
+fn selected(series: &str, extra: &str) -> String {
+    format!(
+        "{series}{{cluster=~\"$cluster\", namespace=~\"$namespace\", stratum=~\"$stratum\"{extra}}}"
+    )
+}
+
+fn target(expr: String, legend: &str, ref_id: &str) -> Value {
+    json!({
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "expr": expr,
+        "legendFormat": legend,
+        "refId": ref_id,
+        "range": true
+    })
+}
+
+/// One metric's panel.
+fn panel(m: Metric, id: u64, x: u64, y: u64) -> Value {
+    let name = m.name();
+    let spec = m.spec();
+    let mut description = format!(
+        "Mean {words} per judge over 5 minutes, pooled across replicas (ragwatch:{name}:mean_5m): the offline judge on every trace, the LLM judge on the sample, and the combined estimate its alerts read. The judges do not share a scale: the floors (dashed) are on the LLM judge's scale, the combined estimate's and, if configured, the raw LLM mean's; the offline judge has none (its rule is a shift against its own baseline). If only the offline judge moved, read a few verdict records before acting. The dots are exemplars: each low or high bucket's latest verdict, hovered for its score and trace id; with the Prometheus data source's exemplar link set (docs/metrics.md), a click opens that trace in Tempo or Phoenix. The dotted p10 line is the 10th percentile of each judge's scores.",
+        words = words(m),
+    );
+    if spec.alerts.in_scope_only {
+        description.push_str(" Out-of-scope strata are low by design (a refusal scores 0) and left out of its alerts: watch their refusal ratio instead.");
+    }
+    let mut p10 = target(
+        format!(
+            "histogram_quantile(0.1, sum by (le, judge) (rate({}_bucket{{cluster=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", stratum=~\"$stratum\"}}[$__rate_interval])))",
+            spec.histogram
+        ),
+        "p10 {{judge}}",
+        "C",
+    );
+    p10["exemplar"] = json!(true);
+    let links: Vec<Value> = Alert::of_metric(m)
+        .into_iter()
+        .map(|a| {
+            json!({
+                "title": format!("Runbook: {}", a.name()),
+                "url": format!("${{runbook}}#{}", a.anchor()),
+                "targetBlank": true
+            })
+        })
+        .collect();
+    json!({
+        "type": "timeseries",
+        "id": id,
+        "title": format!("{} by judge: $stratum", title(m)),
+        "description": description,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"x": x, "y": y, "w": WIDTH, "h": HEIGHT},
+        "fieldConfig": {
+            "defaults": {
+                "unit": "percentunit",
+                "custom": {"lineWidth": 1, "fillOpacity": 0, "showPoints": "never", "spanNulls": false},
+                "min": 0,
+                "max": 1
+            },
+            "overrides": [
+                {
+                    "matcher": {"id": "byRegexp", "options": "floor .*"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}
+                    ]
+                },
+                {
+                    "matcher": {"id": "byRegexp", "options": "p10 .*"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dot"}}]
+                }
+            ]
+        },
+        "targets": [
+            target(selected(&format!("ragwatch:{name}:mean_5m"), ""), "{{judge}}", "A"),
+            target(selected(&format!("ragwatch:{name}:combined_mean_5m"), ""), "{{judge}}", "B"),
+            target(
+                selected(
+                    "ragwatch:threshold_floor:ratio",
+                    &format!(", judge!=\"offline\", metric=\"{name}\""),
+                ),
+                "floor {{judge}}",
+                "D",
+            ),
+            p10
+        ],
+        "links": links,
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": true},
+            "tooltip": {"mode": "multi", "sort": "none"}
+        }
+    })
+}
