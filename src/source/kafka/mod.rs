@@ -15,7 +15,7 @@
 //! librdkafka serves a rebalance inside `recv()`, that is on the task running the loop below, a
 //! tokio worker thread: `pre_rebalance`, then assign or unassign, then `post_rebalance`. Whatever
 //! these callbacks wait for, the worker waits for, so they do no I/O: they log, drop the lag series
-//! of revoked partitions, and send an [`Assignment`] to the loop.
+//! of revoked partitions, and send an `Assignment` to the loop.
 //! 1. Revoke. The loop stores offsets as traces are accounted for, and it is the loop that is inside
 //!    `recv()`, so everything accounted for is already stored when the callback runs. After it
 //!    returns, librdkafka unassigns the partitions and, `enable.auto.commit` being on, commits their

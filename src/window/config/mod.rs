@@ -1,4 +1,4 @@
-//! Rolling windows (`[windows]`) and drift rules (`[drift]`, in [`drift`]).
+//! Rolling windows (`[windows]`) and drift rules (`[drift]`: [`DriftConfig`]).
 
 use serde::{Deserialize, Serialize};
 
