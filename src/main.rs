@@ -29,48 +29,7 @@ enum Command {
         config: PathBuf,
     },
     /// Evaluate JSONL trace files (or OTLP span files) once and print a per-stratum summary.
-    Replay {
-        /// Trace files; `-` reads stdin.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// Config file.
-        #[arg(long, default_value = "config/ragwatch.toml")]
-        config: PathBuf,
-        /// What the files hold, in place of the config's `decode.format`: `native` JSONL traces, or
-        /// OTLP spans as the Collector's file exporter writes them (`otlp_json` and `otlp_proto`
-        /// both read either form, told apart by each file's first byte).
-        #[arg(long, value_parser = ["native", "otlp_json", "otlp_proto"])]
-        format: Option<String>,
-        /// Judge to use.
-        #[arg(long, value_enum, default_value_t = JudgeArg::Offline)]
-        judge: JudgeArg,
-        /// Write verdicts here instead of stdout.
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// Cut-offs for recall@k, precision@k and nDCG@k (traces with `relevant_ids`/`relevance`).
-        #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
-        k: Vec<usize>,
-        /// Write the per-stratum figures as JSON here (the input of `ragwatch gate`).
-        #[arg(long)]
-        summary: Option<PathBuf>,
-        /// Audit the judges on the labelled traces (`label_faithful`): agreement with intervals,
-        /// length correlation, and with the LLM judge the position check (a second call per
-        /// labelled trace, contexts reversed). Prints a table to stderr.
-        #[arg(long)]
-        audit: bool,
-        /// Write the audit's figures per judge as JSON here (the input of `ragwatch gate`).
-        #[arg(long, requires = "audit")]
-        audit_out: Option<PathBuf>,
-        /// Seed of the audit's bootstrap resamples: the same seed gives the same intervals.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Bootstrap resamples of the audit's intervals.
-        #[arg(long, default_value_t = 1000)]
-        resamples: usize,
-        /// Human labels to join to the traces by id (JSON lines: trace_id, faithful, source).
-        #[arg(long)]
-        labels: Option<PathBuf>,
-    },
+    Replay(ReplayArgs),
     /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
     Gate {
         /// The summary of the run under test (`replay --summary`).
@@ -124,6 +83,51 @@ enum Command {
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
     },
+}
+
+/// `ragwatch replay`'s arguments.
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Trace files; `-` reads stdin.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Config file.
+    #[arg(long, default_value = "config/ragwatch.toml")]
+    config: PathBuf,
+    /// What the files hold, in place of the config's `decode.format`: `native` JSONL traces, or
+    /// OTLP spans as the Collector's file exporter writes them (`otlp_json` and `otlp_proto`
+    /// both read either form, told apart by each file's first byte).
+    #[arg(long, value_parser = ["native", "otlp_json", "otlp_proto"])]
+    format: Option<String>,
+    /// Judge to use.
+    #[arg(long, value_enum, default_value_t = JudgeArg::Offline)]
+    judge: JudgeArg,
+    /// Write verdicts here instead of stdout.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Cut-offs for recall@k, precision@k and nDCG@k (traces with `relevant_ids`/`relevance`).
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
+    k: Vec<usize>,
+    /// Write the per-stratum figures as JSON here (the input of `ragwatch gate`).
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// Audit the judges on the labelled traces (`label_faithful`): agreement with intervals,
+    /// length correlation, and with the LLM judge the position check (a second call per
+    /// labelled trace, contexts reversed). Prints a table to stderr.
+    #[arg(long)]
+    audit: bool,
+    /// Write the audit's figures per judge as JSON here (the input of `ragwatch gate`).
+    #[arg(long, requires = "audit")]
+    audit_out: Option<PathBuf>,
+    /// Seed of the audit's bootstrap resamples: the same seed gives the same intervals.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Bootstrap resamples of the audit's intervals.
+    #[arg(long, default_value_t = 1000)]
+    resamples: usize,
+    /// Human labels to join to the traces by id (JSON lines: trace_id, faithful, source).
+    #[arg(long)]
+    labels: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -253,108 +257,7 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Text, &env);
             run_gate(&results, &gate, &baseline)
         }
-        Command::Replay {
-            files,
-            config,
-            format,
-            judge,
-            output,
-            k,
-            summary,
-            audit,
-            audit_out,
-            seed,
-            resamples,
-            labels,
-        } => {
-            let mut config = match load(&config, &env) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            if let Some(f) = format {
-                config.decode.format = serde_json::from_value(serde_json::Value::String(f))
-                    .expect("the parser takes only the format names");
-            }
-            init_logging(config.log.format, &env);
-            runtime.block_on(async move {
-                let mut out: Box<dyn std::io::Write> = match &output {
-                    Some(path) => match std::fs::File::create(path) {
-                        Ok(f) => Box::new(std::io::BufWriter::new(f)),
-                        Err(e) => {
-                            eprintln!("ragwatch: cannot create {}: {e}", path.display());
-                            return ExitCode::FAILURE;
-                        }
-                    },
-                    None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-                };
-                let llm = match judge {
-                    JudgeArg::Offline => None,
-                    JudgeArg::Llm => {
-                        let metrics =
-                            std::sync::Arc::new(ragwatch::metrics::Metrics::new(&[], "replay"));
-                        match ragwatch::judge::llm::LlmJudge::try_new(&config, &env, metrics) {
-                            Ok(j) => Some(j),
-                            Err(e) => {
-                                eprintln!("ragwatch: {e}");
-                                return ExitCode::from(2);
-                            }
-                        }
-                    }
-                };
-                let labels = match labels.as_deref().map(ragwatch::replay::ReplayLabels::read) {
-                    None => None,
-                    Some(Ok(l)) => Some(l),
-                    Some(Err(e)) => {
-                        eprintln!("ragwatch: cannot read the labels file: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let started = std::time::Instant::now();
-                let replayed = ragwatch::replay::replay_with_labels(
-                    &config,
-                    &files,
-                    llm.as_ref(),
-                    &k,
-                    audit,
-                    labels.as_ref(),
-                    &mut out,
-                );
-                match replayed.await {
-                    Ok(result) => {
-                        if let Some(path) = &summary {
-                            let json = serde_json::to_string_pretty(&result.figures())
-                                .expect("figures serialise");
-                            if let Err(e) = std::fs::write(path, json + "\n") {
-                                eprintln!("ragwatch: cannot write {}: {e}", path.display());
-                                return ExitCode::FAILURE;
-                            }
-                        }
-                        if audit {
-                            let audited = result.audit(&config, resamples, seed);
-                            if let Err(code) =
-                                write_audit(&audited, audit_out.as_deref(), seed, resamples)
-                            {
-                                return code;
-                            }
-                        }
-                        let summary = result;
-                        let secs = started.elapsed().as_secs_f64();
-                        eprint!("{}", summary.table());
-                        eprintln!(
-                            "{:.0} traces/s ({} in {:.2} s)",
-                            summary.lines as f64 / secs.max(1e-9),
-                            summary.lines,
-                            secs
-                        );
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("ragwatch: replay failed: {e}");
-                        ExitCode::FAILURE
-                    }
-                }
-            })
-        }
+        Command::Replay(args) => replay(&runtime, args, &env),
     }
 }
 
@@ -477,4 +380,111 @@ async fn signal(stop: CancellationToken) {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
     }
     stop.cancel();
+}
+
+/// `ragwatch replay`: judges the files once, writes the verdicts, the summary and the audit.
+fn replay(
+    runtime: &tokio::runtime::Runtime,
+    args: ReplayArgs,
+    env: &HashMap<String, String>,
+) -> ExitCode {
+    let ReplayArgs {
+        files,
+        config,
+        format,
+        judge,
+        output,
+        k,
+        summary,
+        audit,
+        audit_out,
+        seed,
+        resamples,
+        labels,
+    } = args;
+    let mut config = match load(&config, env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Some(f) = format {
+        config.decode.format = serde_json::from_value(serde_json::Value::String(f))
+            .expect("the parser takes only the format names");
+    }
+    init_logging(config.log.format, env);
+    runtime.block_on(async move {
+        let mut out: Box<dyn std::io::Write> = match &output {
+            Some(path) => match std::fs::File::create(path) {
+                Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                Err(e) => {
+                    eprintln!("ragwatch: cannot create {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+        };
+        let llm = match judge {
+            JudgeArg::Offline => None,
+            JudgeArg::Llm => {
+                let metrics = std::sync::Arc::new(ragwatch::metrics::Metrics::new(&[], "replay"));
+                match ragwatch::judge::llm::LlmJudge::try_new(&config, env, metrics) {
+                    Ok(j) => Some(j),
+                    Err(e) => {
+                        eprintln!("ragwatch: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+        };
+        let labels = match labels.as_deref().map(ragwatch::replay::ReplayLabels::read) {
+            None => None,
+            Some(Ok(l)) => Some(l),
+            Some(Err(e)) => {
+                eprintln!("ragwatch: cannot read the labels file: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let started = std::time::Instant::now();
+        let replayed = ragwatch::replay::replay_with_labels(
+            &config,
+            &files,
+            llm.as_ref(),
+            &k,
+            audit,
+            labels.as_ref(),
+            &mut out,
+        );
+        match replayed.await {
+            Ok(result) => {
+                if let Some(path) = &summary {
+                    let json =
+                        serde_json::to_string_pretty(&result.figures()).expect("figures serialise");
+                    if let Err(e) = std::fs::write(path, json + "\n") {
+                        eprintln!("ragwatch: cannot write {}: {e}", path.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                if audit {
+                    let audited = result.audit(&config, resamples, seed);
+                    if let Err(code) = write_audit(&audited, audit_out.as_deref(), seed, resamples)
+                    {
+                        return code;
+                    }
+                }
+                let summary = result;
+                let secs = started.elapsed().as_secs_f64();
+                eprint!("{}", summary.table());
+                eprintln!(
+                    "{:.0} traces/s ({} in {:.2} s)",
+                    summary.lines as f64 / secs.max(1e-9),
+                    summary.lines,
+                    secs
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ragwatch: replay failed: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
