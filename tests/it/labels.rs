@@ -2,6 +2,7 @@
 //! labels for some of its traces (and some it never saw, some that are not labels), and `/metrics`
 //! counts every label by outcome and each judge's agreement per stratum.
 
+use crate::common::label_judge;
 use crate::common::prometheus;
 
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::*;
+use label_judge::LabelJudge;
 
 #[test]
 fn labels_join_recent_traces_and_count_agreement() {
@@ -348,9 +350,10 @@ fn replay_joins_a_label_file() {
 
 /// The label AUROC recording rule in a real Prometheus (2.42, which scrapes OpenMetrics, so the
 /// histogram's top bound arrives as `le="1.0"` while the per-bucket counter says `bucket="1"`)
-/// equals the AUROC ragwatch computes in process from the same buckets. Generated answers that
-/// restate their context score near 1 with the offline judge, so the top bucket holds much of both
-/// classes: a rule that joined the two labels as text would lose it.
+/// equals the AUROC ragwatch computes in process from the same buckets, for the offline judge and
+/// for the LLM judge (a stand-in on loopback that reads every trace, [`LabelJudge`]). The stand-in
+/// scores most answers it reads as faithful exactly 1, so the top bucket holds scores whatever the
+/// offline judge's range: a rule that joined the two labels as text would lose it.
 #[test]
 fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     use prometheus::{query, start_prometheus, test_rules};
@@ -374,20 +377,53 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         body.push(b'\n');
     }
     std::fs::write(&file, body).unwrap();
+    // Labels for every trace: the unfaithful answers and a share of the faithful ones labelled
+    // unfaithful as a reviewer might. The LLM stand-in's verdicts follow them, with its noise.
+    let labels: Vec<(String, String, bool)> = traces
+        .iter()
+        .enumerate()
+        .map(|(i, (id, line))| {
+            let v: serde_json::Value = serde_json::from_slice(line).unwrap();
+            let answer = v["answer"].as_str().unwrap_or_default().to_owned();
+            let contexts = v["contexts"].to_string();
+            let restated = answer
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|n| !n.is_empty())
+                .all(|n| contexts.contains(n));
+            (id.clone(), answer, restated && i % 5 != 0)
+        })
+        .collect();
+    let judge = LabelJudge::start(labels.iter().map(|(_, a, f)| (a.clone(), *f)), 11);
     let rw = Ragwatch::start(
-        &root.join("config/ragwatch.toml"),
+        &root.join("config/llm.toml"),
         &[
             ("RAGWATCH__SOURCE__PATH", file.display().to_string()),
             ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
             ("RAGWATCH__SOURCE__LOOP", "false".into()),
             ("RAGWATCH__LABELS__ENABLED", "true".into()),
             ("RAGWATCH__LABELS__AUROC_MIN_PER_CLASS", "20".into()),
+            ("RAGWATCH__LLM__BASE_URL", judge.base_url()),
+            // The LLM judge reads every trace, nothing skipped for budget or a full queue.
+            ("RAGWATCH__SAMPLE__DEFAULT_RATE", "1".into()),
+            ("RAGWATCH__SAMPLE__RATES", "{}".into()),
+            ("RAGWATCH__BUDGET__REQUESTS_PER_MINUTE", "1000000".into()),
+            ("RAGWATCH__BUDGET__TOKENS_PER_MINUTE", "1000000000".into()),
+            ("RAGWATCH__BUDGET__TOKENS_PER_DAY", "100000000000".into()),
+            ("RAGWATCH__JUDGE__QUEUE_CAPACITY", "4096".into()),
+            ("RAGWATCH_LLM_API_KEY", "sk-test".into()),
         ],
     );
-    wait_for("the traces to be read", Duration::from_secs(60), || {
-        let m = rw.metrics()?;
-        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
-    });
+    wait_for(
+        "the traces to be read and judged",
+        Duration::from_secs(60),
+        || {
+            let m = rw.metrics()?;
+            let judged = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]);
+            (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64
+                && judged >= traces.len() as f64)
+                .then_some(())
+        },
+    );
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
@@ -411,61 +447,65 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         },
     );
     std::thread::sleep(Duration::from_secs(3));
-    // Labels for every trace: the unfaithful answers and, so that both classes reach the top
-    // bucket, a share of the faithful ones labelled unfaithful as a reviewer might.
-    let mut labels = String::new();
-    for (i, (id, line)) in traces.iter().enumerate() {
-        let v: serde_json::Value = serde_json::from_slice(line).unwrap();
-        let answer = v["answer"].as_str().unwrap_or_default();
-        let contexts = v["contexts"].to_string();
-        let restated = answer
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|n| !n.is_empty())
-            .all(|n| contexts.contains(n));
-        let faithful = restated && i % 5 != 0;
-        labels.push_str(&format!(
+    let mut body = String::new();
+    for (id, _, faithful) in &labels {
+        body.push_str(&format!(
             "{{\"trace_id\": \"{id}\", \"faithful\": {faithful}}}\n"
         ));
     }
-    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &labels);
+    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &body);
     assert_eq!(code, 200, "{reply}");
-    // The in-process figure, and the rule's once Prometheus has scraped the labels twice.
-    let in_process = |m: &Samples| -> BTreeMap<String, f64> {
+    // The in-process figures by (judge, stratum), and the rule's once Prometheus has scraped the
+    // labels twice.
+    let in_process = |m: &Samples| -> BTreeMap<(String, String), f64> {
         m.0.iter()
-            .filter(|(n, l, _)| n == "ragwatch_label_auroc_ratio" && l["judge"] == "offline")
-            .map(|(_, l, v)| (l["stratum"].clone(), *v))
+            .filter(|(n, _, _)| n == "ragwatch_label_auroc_ratio")
+            .map(|(_, l, v)| ((l["judge"].clone(), l["stratum"].clone()), *v))
             .collect()
     };
     let expected = wait_for("the in-process AUROC", Duration::from_secs(10), || {
         let e = in_process(&rw.metrics()?);
-        (!e.is_empty()).then_some(e)
+        let judges: Vec<&str> = e.keys().map(|k| k.0.as_str()).collect();
+        (judges.contains(&"offline") && judges.contains(&"llm")).then_some(e)
     });
     let top = auroc_from_scrape(&rw.metrics().unwrap(), "offline", "head");
     std::thread::sleep(Duration::from_secs(4));
-    let from_rule: BTreeMap<String, f64> =
-        query(prom, "ragwatch:label_auroc:ratio_1h{judge=\"offline\"}")
-            .unwrap()
-            .iter()
+    let by_key = |rows: Vec<serde_json::Value>| -> BTreeMap<(String, String), f64> {
+        rows.iter()
             .map(|r| {
                 (
-                    r["metric"]["stratum"].as_str().unwrap().to_owned(),
+                    (
+                        r["metric"]["judge"].as_str().unwrap().to_owned(),
+                        r["metric"]["stratum"].as_str().unwrap().to_owned(),
+                    ),
                     r["value"][1].as_str().unwrap().parse().unwrap(),
                 )
             })
-            .collect();
+            .collect()
+    };
+    let from_rule = by_key(query(prom, "ragwatch:label_auroc:ratio_1h").unwrap());
     // The scrape was OpenMetrics: the top bound arrived as 1.0.
     let om = query(prom, "ragwatch_labelled_score_ratio_bucket{le=\"1.0\"}").unwrap();
     assert!(!om.is_empty(), "Prometheus did not scrape OpenMetrics");
     let in_top = query(
         prom,
-        "sum(ragwatch_labelled_scores_total{bucket=\"1\"}) / sum(ragwatch_labelled_scores_total)",
+        "sum by (judge) (ragwatch_labelled_scores_total{bucket=\"1\"}) / sum by (judge) (ragwatch_labelled_scores_total)",
     )
     .unwrap();
-    let top_share: f64 = in_top[0]["value"][1].as_str().unwrap().parse().unwrap();
+    let top_share: BTreeMap<String, f64> = in_top
+        .iter()
+        .map(|r| {
+            (
+                r["metric"]["judge"].as_str().unwrap().to_owned(),
+                r["value"][1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
     eprintln!(
-        "in process {expected:?}, rule {from_rule:?}, scrape formula (head) {top:?}, top-bucket share {top_share:.3}"
+        "in process {expected:?}, rule {from_rule:?}, scrape formula (offline, head) {top:?}, top-bucket share by judge {top_share:?}"
     );
-    assert!(top_share > 0.1, "the top bucket holds {top_share}");
+    let llm_top = top_share.get("llm").copied().unwrap_or_default();
+    assert!(llm_top > 0.1, "the LLM judge's top bucket holds {llm_top}");
     // The same rule joining `le` as text (the bound "1.0" never meets "1") reads these buckets
     // differently: the comparison below can tell a rule that drops the top bucket.
     let start = rules.find("record: ragwatch:label_auroc:ratio_1h").unwrap();
@@ -482,23 +522,21 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         as_text, rule,
         "the rule's le normalisation is not where the test looks"
     );
-    let text_join = query(prom, &as_text).unwrap();
-    let off = text_join.iter().any(|r| {
-        let stratum = r["metric"]["stratum"].as_str().unwrap();
-        let v: f64 = r["value"][1].as_str().unwrap().parse().unwrap();
-        r["metric"]["judge"] == "offline" && (v - expected[stratum]).abs() > 0.01
-    });
+    let text_join = by_key(query(prom, &as_text).unwrap());
     eprintln!("joined as text: {text_join:?}");
+    let off = text_join
+        .iter()
+        .any(|(k, v)| expected.get(k).is_some_and(|want| (v - want).abs() > 0.01));
     assert!(off, "a text join would read the same");
     assert_eq!(
         from_rule.keys().collect::<Vec<_>>(),
         expected.keys().collect::<Vec<_>>()
     );
-    for (stratum, want) in &expected {
-        let got = from_rule[stratum];
+    for (key, want) in &expected {
+        let got = from_rule[key];
         assert!(
             (got - want).abs() < 0.005,
-            "{stratum}: rule {got}, in process {want}"
+            "{key:?}: rule {got}, in process {want}"
         );
     }
 }
