@@ -156,23 +156,21 @@ fn init_logging(format: LogFormat, env: &HashMap<String, String>) {
     }
 }
 
+/// A config that cannot be used: said once, exit code 2.
+fn config_refused(e: ragwatch::config::ConfigError) -> ExitCode {
+    eprintln!("ragwatch: {e}");
+    ExitCode::from(2)
+}
+
 fn load(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
-    Config::load(path, env).map_err(|e| {
-        eprintln!("ragwatch: {e}");
-        ExitCode::from(2)
-    })
+    Config::load(path, env).map_err(config_refused)
 }
 
 /// A config `run` can start from: valid, and naming its source.
 fn load_for_run(path: &std::path::Path, env: &HashMap<String, String>) -> Result<Config, ExitCode> {
     let config = load(path, env)?;
-    match config.source_kind() {
-        Ok(_) => Ok(config),
-        Err(e) => {
-            eprintln!("ragwatch: {e}");
-            Err(ExitCode::from(2))
-        }
-    }
+    config.source_kind().map_err(config_refused)?;
+    Ok(config)
 }
 
 fn main() -> ExitCode {

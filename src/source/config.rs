@@ -21,18 +21,15 @@ pub enum SourceKind {
 /// Where traces come from. Nothing is assumed: `ragwatch run` refuses a config that does not name
 /// its source (the bundled demo, `config/ragwatch.toml`, names the sample file).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SourceConfig {
     /// `file`, `stdin`, `kafka` or `otlp`; required by `ragwatch run`.
-    #[serde(default)]
     pub kind: Option<SourceKind>,
     /// JSONL (or length-framed OTLP) file for `kind = "file"`; required there.
-    #[serde(default)]
     pub path: Option<PathBuf>,
     /// Traces per second for file and stdin sources; 0 reads as fast as possible.
-    #[serde(default)]
     pub rate_per_sec: f64,
     /// Start again at the top of the file when it ends.
-    #[serde(default, rename = "loop")]
+    #[serde(rename = "loop")]
     pub loop_file: bool,
 }
