@@ -18,7 +18,8 @@ use std::process::Command;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use ragwatch::config::Config;
 use ragwatch::judge::OfflineJudge;
-use ragwatch::pipeline::{Pipeline, Shared};
+use ragwatch::pipeline::Pipeline;
+use ragwatch::recorder::Shared;
 use ragwatch::sample::{Sampler, Stratifier};
 use ragwatch::trace::Decoder;
 

@@ -39,7 +39,7 @@ pub const LABEL_SCORE_BOUNDS: [f64; 20] = [
 
 /// The bucket of [`LABEL_SCORE_BOUNDS`] a score falls in: the first whose upper bound is at or
 /// above it (a histogram's `le`); scores above 1 go to the last.
-pub fn label_score_bucket(score: f64) -> usize {
+pub(crate) fn label_score_bucket(score: f64) -> usize {
     LABEL_SCORE_BOUNDS
         .iter()
         .position(|&b| score <= b)
@@ -51,7 +51,7 @@ pub fn label_score_bucket(score: f64) -> usize {
 /// (1/2). `None` when a class is empty. The recording rule `ragwatch:label_auroc:ratio_1h` computes
 /// the same sum from pooled counters: `sum_b pos_b * (neg_cum_b - neg_b / 2) / (pos * neg)`, where
 /// `neg_cum_b` is the negatives in bucket `b` and below (a histogram's cumulative `le` count).
-pub fn auroc_binned(pos: &[u64], neg: &[u64]) -> Option<f64> {
+pub(crate) fn auroc_binned(pos: &[u64], neg: &[u64]) -> Option<f64> {
     let (p, n) = (pos.iter().sum::<u64>(), neg.iter().sum::<u64>());
     if p == 0 || n == 0 {
         return None;
@@ -69,13 +69,13 @@ pub fn auroc_binned(pos: &[u64], neg: &[u64]) -> Option<f64> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Confusion {
     /// Flagged and labelled unfaithful.
-    pub true_positive: u64,
+    pub(crate) true_positive: u64,
     /// Flagged but labelled faithful.
-    pub false_positive: u64,
+    pub(crate) false_positive: u64,
     /// Not flagged but labelled unfaithful.
-    pub false_negative: u64,
+    pub(crate) false_negative: u64,
     /// Not flagged and labelled faithful.
-    pub true_negative: u64,
+    pub(crate) true_negative: u64,
 }
 
 impl Confusion {
@@ -205,21 +205,21 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RetrievalScores {
     /// Recall at each k: relevant retrieved in the top k / all relevant.
-    pub recall_at: Vec<(usize, f64)>,
+    pub(crate) recall_at: Vec<(usize, f64)>,
     /// Precision at each k: relevant in the top k / k.
-    pub precision_at: Vec<(usize, f64)>,
+    pub(crate) precision_at: Vec<(usize, f64)>,
     /// nDCG at each k: gain 2^rel - 1, log2 position discount, normalised by the ideal ranking.
-    pub ndcg_at: Vec<(usize, f64)>,
+    pub(crate) ndcg_at: Vec<(usize, f64)>,
     /// Reciprocal rank of the first relevant result (0 when none).
-    pub reciprocal_rank: f64,
+    pub(crate) reciprocal_rank: f64,
     /// Average precision (mean of precision at each relevant rank, over all relevant).
-    pub average_precision: f64,
+    pub(crate) average_precision: f64,
 }
 
 /// Scores `ranked` (retrieved ids, best first) against `gold`: an id is relevant when it is in
 /// `relevant_ids` or has a grade above 0; grades default to 1 for listed ids. `None` when nothing is
 /// relevant (the metrics are undefined, not zero).
-pub fn retrieval_scores(
+pub(crate) fn retrieval_scores(
     ranked: &[Option<&str>],
     gold: &crate::trace::Gold,
     ks: &[usize],
@@ -302,7 +302,7 @@ fn precision_sum(relevant: impl Iterator<Item = bool>) -> (f64, usize) {
 /// retrieved context (rank order): the mean of precision@k over the ranks k that hold a relevant
 /// context, so a useful context at rank 1 counts more than at rank 5. 0 when none is relevant;
 /// `None` when nothing was retrieved.
-pub fn context_precision(verdicts: &[bool]) -> Option<f64> {
+pub(crate) fn context_precision(verdicts: &[bool]) -> Option<f64> {
     if verdicts.is_empty() {
         return None;
     }
@@ -311,7 +311,7 @@ pub fn context_precision(verdicts: &[bool]) -> Option<f64> {
 }
 
 /// The p-th percentile (0..=100) by nearest rank; `None` for no values.
-pub fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
+pub(crate) fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }

@@ -10,7 +10,7 @@ use crate::trace::DecodeError;
 
 /// At most one log line per second per kind of per-message event.
 #[derive(Debug, Default)]
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     last_second: AtomicU64,
     suppressed: AtomicU64,
 }
@@ -49,7 +49,7 @@ static REJECT_LOG: LogLimiter = LogLimiter::new();
 static SKIP_LOG: LogLimiter = LogLimiter::new();
 
 /// A message was rejected by the decoder.
-pub fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &str) {
+pub(crate) fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &str) {
     metrics
         .traces_rejected
         .with_label_values(&[error.reason.as_str()])
@@ -60,7 +60,7 @@ pub fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &str) {
 }
 
 /// A sampled trace was not scored by the sampled judge.
-pub fn trace_skipped(metrics: &Metrics, stratum: &str, reason: SkipReason, trace_id: &str) {
+pub(crate) fn trace_skipped(metrics: &Metrics, stratum: &str, reason: SkipReason, trace_id: &str) {
     metrics
         .traces_skipped
         .with_label_values(&[stratum, reason.as_str()])

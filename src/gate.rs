@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 /// Figures per stratum (`all` pools them), as `replay --summary` writes them.
-pub type Figures = BTreeMap<String, BTreeMap<String, f64>>;
+pub(crate) type Figures = BTreeMap<String, BTreeMap<String, f64>>;
 
 /// The gate file.
 #[derive(Debug, Clone, Deserialize)]
@@ -48,7 +48,7 @@ pub struct Check {
     pub max_drop: Option<f64>,
     /// A figure missing from the results fails unless this is true.
     #[serde(default)]
-    pub optional: bool,
+    pub(crate) optional: bool,
     /// The judge, for a check on an audit file (`replay --audit-out`): replaces `stratum`.
     #[serde(default)]
     pub judge: Option<String>,

@@ -29,7 +29,7 @@ pub struct MetricSpec {
     /// The score histogram's family name.
     pub histogram: &'static str,
     /// The score histogram's help text.
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     /// The built-in floor of the combined estimate (on the LLM judge's scale).
     pub floor: f64,
     /// The built-in largest drop of the combined estimate below its baseline.
@@ -44,19 +44,19 @@ pub struct MetricSpec {
 #[derive(Debug)]
 pub struct MetricAlerts {
     /// A floor breach pages (`critical`, pending for the short window) rather than warns.
-    pub floor_pages: bool,
+    pub(crate) floor_pages: bool,
     /// A drop of the combined estimate below its 24-hour baseline pages too (a `Drift` alert).
     pub drift: bool,
     /// Strata the config declares out of scope are left out: declining there is right.
-    pub in_scope_only: bool,
+    pub(crate) in_scope_only: bool,
     /// The pipeline stage a low score points at, as the alerts' `stage` label.
     pub stage: Option<&'static str>,
     /// What a low score means, closing the floor alert's description (one clause, no full stop).
-    pub meaning: &'static str,
+    pub(crate) meaning: &'static str,
     /// The runbook's advice when the floor alert fires (Markdown).
-    pub floor_advice: &'static str,
+    pub(crate) floor_advice: &'static str,
     /// The runbook's advice when the shift warning fires (Markdown).
-    pub shift_advice: &'static str,
+    pub(crate) shift_advice: &'static str,
 }
 
 impl Metric {
@@ -67,7 +67,7 @@ impl Metric {
         Metric::ContextRelevance,
     ];
     /// How many metrics there are.
-    pub const COUNT: usize = Metric::ALL.len();
+    pub(crate) const COUNT: usize = Metric::ALL.len();
 
     /// The metric's row.
     pub const fn spec(self) -> &'static MetricSpec {
@@ -135,7 +135,8 @@ impl Metric {
     }
 
     /// Parses a label value.
-    pub fn from_name(s: &str) -> Option<Metric> {
+    #[cfg(test)]
+    pub(crate) fn from_name(s: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == s)
     }
 }
@@ -146,7 +147,7 @@ pub struct PerMetric<T>([T; Metric::COUNT]);
 
 impl<T> PerMetric<T> {
     /// Builds each metric's value with `f`.
-    pub fn from_fn(mut f: impl FnMut(Metric) -> T) -> Self {
+    pub(crate) fn from_fn(mut f: impl FnMut(Metric) -> T) -> Self {
         PerMetric(Metric::ALL.map(&mut f))
     }
 
@@ -209,7 +210,8 @@ impl JudgeKind {
     pub const ALL: [JudgeKind; 2] = [JudgeKind::Offline, JudgeKind::Llm];
 
     /// Every label value, estimates included: what drift rules and thresholds are keyed by.
-    pub const RULED: [JudgeKind; 3] = [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Combined];
+    pub(crate) const RULED: [JudgeKind; 3] =
+        [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Combined];
 
     /// The label value.
     pub fn name(self) -> &'static str {
@@ -222,18 +224,18 @@ impl JudgeKind {
 }
 
 /// Index into the stratifier's names; cheap to copy and to use as a map key.
-pub type StratumId = usize;
+pub(crate) type StratumId = usize;
 
 /// The stratum of traces that name none and match no rule.
-pub const DEFAULT_STRATUM: &str = "default";
+pub(crate) const DEFAULT_STRATUM: &str = "default";
 
 /// The stratum of traces naming a stratum that is not declared (bounded label cardinality).
-pub const OTHER_STRATUM: &str = "other";
+pub(crate) const OTHER_STRATUM: &str = "other";
 
 /// Why a sampled trace was not judged by the sampled judge; a label value of
 /// `ragwatch_traces_skipped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// The bounded judge queue was full.
     QueueFull,
     /// A rate-sampled trace the budget could not cover (expected when traffic outgrows it).

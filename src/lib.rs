@@ -45,7 +45,7 @@
 //!
 //! # Modules
 //! - [`labels`]: the bounded label sets (metric, judge, stratum ids).
-//! - [`clock`]: the wall clock, read in one place.
+//! - `clock`: the wall clock, read in one place.
 //! - [`config`]: composes the sections into one [`config::Config`]: TOML, `RAGWATCH__SECTION__KEY`
 //!   overrides, `validate()` reporting every problem at once. Each section's types, defaults and
 //!   own checks sit beside the component that reads them (`source/kafka/config.rs`,
@@ -64,13 +64,13 @@
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and
 //!   judge-latency histograms, the OpenMetrics exposition that carries them, and each stratum's
 //!   per-trace series, kept once looked up.
-//! - [`events`]: log-and-count call sites, rate-limited.
+//! - `events`: log-and-count call sites, rate-limited.
 //! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
 //!   same-family count too); the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
 //! - [`source`]: Kafka consumer group, JSONL file/stdin and OTLP/HTTP sources; per-partition offset
 //!   tracking, through span assembly for OTLP.
-//! - [`http`]: the admin server.
+//! - `http`: the admin server.
 //! - [`app`]: `ragwatch run` wiring and the shutdown sequence.
 //! - [`replay`]: `ragwatch replay`, one pass over JSONL files with a summary.
 //! - [`gate`]: `ragwatch gate`, floors and maximum drops over replay summaries for CI.
@@ -80,13 +80,13 @@
 
 pub mod app;
 pub mod audit;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub mod eval;
-pub mod events;
+pub(crate) mod events;
 pub mod fuzzing;
 pub mod gate;
-pub mod http;
+pub(crate) mod http;
 pub mod judge;
 pub mod labels;
 pub mod metrics;

@@ -6,13 +6,13 @@
 //! `other`, reject reasons, judge names, rule names.
 //!
 //! The score and judge-latency histograms also keep the trace id of each bucket's latest
-//! observation ([`exemplars`]); `/metrics` writes them in the OpenMetrics format
-//! ([`openmetrics`]) when the scraper asks for it.
+//! observation (`exemplars`); `/metrics` writes them in the OpenMetrics format
+//! (`openmetrics`) when the scraper asks for it.
 
 pub mod config;
-pub mod exemplars;
-pub mod openmetrics;
-pub mod series;
+pub(crate) mod exemplars;
+pub(crate) mod openmetrics;
+pub(crate) mod series;
 
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ use series::{RANKS, StratumSeries, rank_bucket, with};
 /// are transport retries (the same request again, after a backoff); `malformed` re-asks with the
 /// invalid reply and its error shown, `truncated` asks again with room for the answer, and
 /// `format_fallback` moves `llm.structured_output = "auto"` to the next mode the server may accept.
-pub const JUDGE_RETRY_REASONS: [&str; 6] = [
+pub(crate) const JUDGE_RETRY_REASONS: [&str; 6] = [
     "rate_limited",
     "timeout",
     "http_error",
@@ -61,15 +61,15 @@ pub struct Metrics {
     /// The registry `/metrics` renders.
     pub registry: Registry,
     /// Traces decoded, by stratum.
-    pub traces_received: IntCounterVec,
+    pub(crate) traces_received: IntCounterVec,
     /// Messages rejected by the decoder, by reason.
-    pub traces_rejected: IntCounterVec,
+    pub(crate) traces_rejected: IntCounterVec,
     /// Traces chosen for the sampled judge, by stratum.
-    pub traces_sampled: IntCounterVec,
+    pub(crate) traces_sampled: IntCounterVec,
     /// Sampled traces the sampled judge did not score, by stratum and reason.
-    pub traces_skipped: IntCounterVec,
+    pub(crate) traces_skipped: IntCounterVec,
     /// Verdicts produced, by stratum and judge.
-    pub traces_judged: IntCounterVec,
+    pub(crate) traces_judged: IntCounterVec,
     /// Each metric's scores, by stratum and judge (`ragwatch_<metric>_ratio`).
     pub scores: PerMetric<HistogramVec>,
     /// Answers with no claims to check (no faithfulness score), by stratum and judge.
@@ -79,38 +79,38 @@ pub struct Metrics {
     /// Citations in answers, by stratum and validity.
     pub citations: IntCounterVec,
     /// Retriever scores of the retrieved contexts (when traces carry them), by stratum and rank.
-    pub retrieval_score: HistogramVec,
+    pub(crate) retrieval_score: HistogramVec,
     /// Contexts retrieved per trace, by stratum.
-    pub contexts_retrieved: HistogramVec,
+    pub(crate) contexts_retrieved: HistogramVec,
     /// Window mean, by metric, stratum, judge and window.
-    pub window_mean: GaugeVec,
+    pub(crate) window_mean: GaugeVec,
     /// Scores in the window.
-    pub window_samples: IntGaugeVec,
+    pub(crate) window_samples: IntGaugeVec,
     /// Lower confidence bound of the window mean.
-    pub window_ci_lower: GaugeVec,
+    pub(crate) window_ci_lower: GaugeVec,
     /// Upper confidence bound of the window mean.
-    pub window_ci_upper: GaugeVec,
+    pub(crate) window_ci_upper: GaugeVec,
     /// Sum of squared scores, by metric, stratum and judge: with a histogram's sum and count, the
     /// pooled variance the shift rule needs.
-    pub score_squares: CounterVec,
+    pub(crate) score_squares: CounterVec,
     /// The sums behind the combined estimate, by metric, stratum and term.
-    pub estimate_terms: CounterVec,
+    pub(crate) estimate_terms: CounterVec,
     /// The floor and drop thresholds in force, by metric, stratum, judge and rule.
     pub threshold: GaugeVec,
     /// Minimum samples before a drift rule may fire, by metric, stratum and judge.
     pub min_samples: IntGaugeVec,
     /// Shift rule: minimum effect size in baseline standard deviations.
-    pub threshold_shift_sd: GaugeVec,
+    pub(crate) threshold_shift_sd: GaugeVec,
     /// Shift rule: critical z.
-    pub threshold_shift_z: GaugeVec,
+    pub(crate) threshold_shift_z: GaugeVec,
     /// The z of every confidence bound.
-    pub threshold_confidence_z: Gauge,
+    pub(crate) threshold_confidence_z: Gauge,
     /// 1 per declared stratum, with its scope (in_scope, out_of_scope).
-    pub stratum_info: IntGaugeVec,
+    pub(crate) stratum_info: IntGaugeVec,
     /// Human labels received, by outcome (joined, unknown_trace, expired, invalid).
-    pub labels_received: IntCounterVec,
+    pub(crate) labels_received: IntCounterVec,
     /// Joined labels compared with a judge's verdict, by judge, stratum and agreement.
-    pub label_agreement: IntCounterVec,
+    pub(crate) label_agreement: IntCounterVec,
     /// Judge scores of labelled traces, for the label AUROC.
     pub labelled: LabelledMetrics,
     /// 1 while a drift rule fires, by metric, stratum, judge and rule.
@@ -120,92 +120,92 @@ pub struct Metrics {
     /// low; prompt when both are fine but answer relevancy is low), 0 elsewhere.
     pub diagnosis: IntGaugeVec,
     /// Judge calls by judge and outcome.
-    pub judge_requests: IntCounterVec,
+    pub(crate) judge_requests: IntCounterVec,
     /// Judge call latency.
-    pub judge_duration: HistogramVec,
+    pub(crate) judge_duration: HistogramVec,
     /// Tokens spent by the judge, by direction (prompt, completion).
-    pub judge_tokens: IntCounterVec,
+    pub(crate) judge_tokens: IntCounterVec,
     /// Judge calls sent again, by judge and reason (transport retries apart from re-asks).
-    pub judge_retries: IntCounterVec,
+    pub(crate) judge_retries: IntCounterVec,
     /// Parts of a verdict that failed while the rest was kept, by judge, part
     /// (`context_relevance`, `answer_relevancy`) and reason.
-    pub judge_part_failures: IntCounterVec,
+    pub(crate) judge_part_failures: IntCounterVec,
     /// 1 on the structured-output mode the LLM judge uses (`auto` resolved), 0 on the others.
-    pub judge_structured_output: IntGaugeVec,
+    pub(crate) judge_structured_output: IntGaugeVec,
     /// Tokens this replica may still spend now (the tighter of the minute and day budgets).
-    pub budget_remaining: Gauge,
+    pub(crate) budget_remaining: Gauge,
     /// This replica's share of the fleet's judge budget.
-    pub budget_share: Gauge,
+    pub(crate) budget_share: Gauge,
     /// Share of canary traces on which the judge agrees with the label, at the last canary run.
-    pub canary_agreement: Gauge,
+    pub(crate) canary_agreement: Gauge,
     /// Sampled traces waiting for a judge.
-    pub judge_queue_depth: IntGauge,
+    pub(crate) judge_queue_depth: IntGauge,
     /// Consumer lag by topic and partition, from librdkafka statistics.
-    pub kafka_lag: IntGaugeVec,
+    pub(crate) kafka_lag: IntGaugeVec,
     /// Kafka client errors by kind.
-    pub kafka_errors: IntCounterVec,
+    pub(crate) kafka_errors: IntCounterVec,
     /// Offset commits by outcome.
-    pub kafka_commits: IntCounterVec,
+    pub(crate) kafka_commits: IntCounterVec,
     /// Partitions this replica holds.
-    pub kafka_partitions: IntGauge,
+    pub(crate) kafka_partitions: IntGauge,
     /// Brokers librdkafka sees as up.
-    pub kafka_brokers_up: IntGauge,
+    pub(crate) kafka_brokers_up: IntGauge,
     /// Seconds since this replica's partition assignment last changed (since start before the first).
-    pub kafka_assignment_age: Gauge,
+    pub(crate) kafka_assignment_age: Gauge,
     /// 1 while this replica holds no partition though its topics have some (a spare replica, or
     /// one the group leaves out: the fleet's metrics together tell which).
-    pub kafka_without_partitions: IntGauge,
+    pub(crate) kafka_without_partitions: IntGauge,
     /// Partitions of the subscribed topics: what the group shares.
-    pub kafka_topic_partitions: IntGauge,
+    pub(crate) kafka_topic_partitions: IntGauge,
     /// The consumer's session timeout: how long the group waits for a silent member.
-    pub kafka_session_timeout: Gauge,
+    pub(crate) kafka_session_timeout: Gauge,
     /// Seconds since the source last delivered a message.
-    pub source_idle_seconds: Gauge,
+    pub(crate) source_idle_seconds: Gauge,
     /// Build identity (the version); value 1.
-    pub build_info: IntGaugeVec,
+    pub(crate) build_info: IntGaugeVec,
     /// Judge identity (the model string that names everything that changes a verdict); value 1.
     pub judge_info: IntGaugeVec,
     /// Messages the source delivered, accounted or not yet.
-    pub source_messages: IntCounter,
+    pub(crate) source_messages: IntCounter,
     /// OTLP spans received.
-    pub spans_received: IntCounter,
+    pub(crate) spans_received: IntCounter,
     /// OTLP spans not kept, by reason.
-    pub spans_dropped: IntCounterVec,
+    pub(crate) spans_dropped: IntCounterVec,
     /// Traces waiting for more spans.
-    pub assembly_pending: IntGauge,
+    pub(crate) assembly_pending: IntGauge,
     /// Traces that left span assembly, by trigger (root, idle, end, evicted).
-    pub traces_assembled: IntCounterVec,
+    pub(crate) traces_assembled: IntCounterVec,
     /// Assembled traces deliberately not judged, by stratum and reason.
-    pub traces_unjudged: IntCounterVec,
+    pub(crate) traces_unjudged: IntCounterVec,
     /// OTLP/HTTP export requests, by outcome.
-    pub otlp_requests: IntCounterVec,
+    pub(crate) otlp_requests: IntCounterVec,
     /// Writes refused on the write listener, by endpoint and reason.
-    pub write_refused: IntCounterVec,
+    pub(crate) write_refused: IntCounterVec,
     /// Re-reads of the write listener's token and TLS files after a change, by file and outcome.
-    pub write_reloads: IntCounterVec,
+    pub(crate) write_reloads: IntCounterVec,
     /// Bearer tokens the write listener accepts now.
-    pub write_tokens: IntGauge,
+    pub(crate) write_tokens: IntGauge,
     /// Matches replaced by redaction before the LLM judge, by pattern.
-    pub redactions: IntCounterVec,
+    pub(crate) redactions: IntCounterVec,
     /// TLS handshakes on the write listener that failed or timed out.
-    pub write_tls_handshake_failures: IntCounter,
+    pub(crate) write_tls_handshake_failures: IntCounter,
     /// The latest trace id per bucket of the score and judge-latency histograms.
     pub exemplars: Arc<Exemplars>,
     /// The per-trace series of each stratum (by [`StratumId`]), kept once looked up.
     series: Arc<[StratumSeries]>,
     /// Sums behind the correlation of score with answer length (words), by metric, stratum, judge
     /// and term (`n`, `x`, `y`, `xx`, `yy`, `xy`; x is the length, y the score).
-    pub length_moments: CounterVec,
+    pub(crate) length_moments: CounterVec,
     /// LLM judge verdicts on answers whose generator is of the judge's model family, by stratum.
-    pub same_family: IntCounterVec,
+    pub(crate) same_family: IntCounterVec,
 }
 
 /// Terms of `ragwatch_judge_length_moments_total`: the additive sums Pearson's r is computed from.
-pub const LENGTH_TERMS: [&str; 6] = ["n", "x", "y", "xx", "yy", "xy"];
+pub(crate) const LENGTH_TERMS: [&str; 6] = ["n", "x", "y", "xx", "yy", "xy"];
 
 /// The series of `ragwatch_judge_length_moments_total`, by (stratum, judge, metric) index.
 #[derive(Debug, Clone)]
-pub struct LengthMoments {
+pub(crate) struct LengthMoments {
     counters: Vec<[prometheus::Counter; 6]>,
 }
 
@@ -234,12 +234,12 @@ impl LengthMoments {
 }
 
 /// The OTLP receivers' protocols; label values of `ragwatch_otlp_requests_total{protocol}`.
-pub const OTLP_PROTOCOLS: [&str; 2] = ["http", "grpc"];
+pub(crate) const OTLP_PROTOCOLS: [&str; 2] = ["http", "grpc"];
 
 /// Outcomes of an OTLP export request; label values of `ragwatch_otlp_requests_total{outcome}`.
 /// Over gRPC, `throttled` and `unavailable` are both answered UNAVAILABLE (retried by exporters),
 /// `too_large` RESOURCE_EXHAUSTED or OUT_OF_RANGE, `unsupported` UNIMPLEMENTED.
-pub const OTLP_OUTCOMES: [&str; 7] = [
+pub(crate) const OTLP_OUTCOMES: [&str; 7] = [
     "ok",
     "partial",
     "bad_request",
@@ -254,7 +254,7 @@ pub const OTLP_OUTCOMES: [&str; 7] = [
 /// retrieval or reranker span; `no_context_text`: documents without text; `unreadable_question` /
 /// `unreadable_answer`: only a serialized object where the text should be. An unjudged trace counts
 /// in `ragwatch_traces_received_total` too, so received = judged + unjudged.
-pub const UNJUDGED_REASONS: [&str; 5] = [
+pub(crate) const UNJUDGED_REASONS: [&str; 5] = [
     "not_rag",
     "no_retrieval",
     "no_context_text",
@@ -314,14 +314,18 @@ fn histogram(
 }
 
 impl Metrics {
-    /// [`Metrics::with_config`] with the default `[metrics]` section.
+    /// `Metrics::with_config` with the default `[metrics]` section.
     pub fn new(strata: &[String], judge_model: &str) -> Self {
         Self::with_config(strata, judge_model, &MetricsConfig::default())
     }
 
     /// Registers every family and pre-creates the series of every stratum, so dashboards and alert
     /// rules see zeros rather than absent series. `config` declares the retriever's score scale.
-    pub fn with_config(strata: &[String], judge_model: &str, config: &MetricsConfig) -> Self {
+    pub(crate) fn with_config(
+        strata: &[String],
+        judge_model: &str,
+        config: &MetricsConfig,
+    ) -> Self {
         let r = Registry::new();
         let mut exemplars = Exemplars::new(counter(
             &r,
@@ -823,7 +827,7 @@ impl Metrics {
 
     /// The length-correlation counters of every (stratum, judge, metric), resolved once: the
     /// ingest path adds to them for every trace without a label lookup.
-    pub fn length_moments_of(&self, strata: &[String]) -> LengthMoments {
+    pub(crate) fn length_moments_of(&self, strata: &[String]) -> LengthMoments {
         let mut counters = Vec::new();
         for s in strata {
             for j in JudgeKind::ALL {
@@ -840,7 +844,7 @@ impl Metrics {
 
     /// Counts one decoded trace of `stratum` (named `name`): the trace, its number of contexts,
     /// and the retriever score of each context that has one, by rank.
-    pub fn count_received(
+    pub(crate) fn count_received(
         &self,
         stratum: StratumId,
         name: &str,
@@ -872,7 +876,7 @@ impl Metrics {
     }
 
     /// Counts one trace of `stratum` chosen for the sampled judge.
-    pub fn count_sampled(&self, stratum: StratumId, name: &str) {
+    pub(crate) fn count_sampled(&self, stratum: StratumId, name: &str) {
         with(
             self.series.get(stratum).map(|s| &s.sampled),
             || self.traces_sampled.with_label_values(&[name]),
@@ -882,7 +886,7 @@ impl Metrics {
 
     /// Counts one verdict of `judge` on a trace of `stratum`: the verdict, a refusal, an answer
     /// without claims, and (when it has any) its citations, valid and not.
-    pub fn count_verdict(
+    pub(crate) fn count_verdict(
         &self,
         stratum: StratumId,
         name: &str,
@@ -929,7 +933,7 @@ impl Metrics {
 
     /// Creates every term of the combined estimate at zero for `strata`, so a recording rule's
     /// `increase()` sees each series start from zero rather than at its first trace's value.
-    pub fn precreate_estimate_terms(&self, strata: &[String]) {
+    pub(crate) fn precreate_estimate_terms(&self, strata: &[String]) {
         for s in strata {
             for metric in Metric::ALL {
                 for term in EstimateSums::TERMS {
@@ -941,7 +945,7 @@ impl Metrics {
     }
 
     /// Adds one trace's or pair's estimate sums to the exported terms.
-    pub fn add_estimate_terms(
+    pub(crate) fn add_estimate_terms(
         &self,
         metric: Metric,
         stratum: StratumId,
@@ -966,7 +970,7 @@ impl Metrics {
     /// Observes one score of `metric` by `judge` on a trace of `stratum`, with the trace as the
     /// bucket's exemplar, and adds its square to the sum of squares.
     #[allow(clippy::too_many_arguments)]
-    pub fn observe_score(
+    pub(crate) fn observe_score(
         &self,
         metric: Metric,
         stratum: StratumId,
@@ -1007,7 +1011,13 @@ impl Metrics {
     }
 
     /// Observes one judge call's latency with the judged trace as the bucket's exemplar.
-    pub fn observe_judge_duration(&self, judge: &str, secs: f64, trace_id: &str, now_ms: u64) {
+    pub(crate) fn observe_judge_duration(
+        &self,
+        judge: &str,
+        secs: f64,
+        trace_id: &str,
+        now_ms: u64,
+    ) {
         self.judge_duration
             .with_label_values(&[judge])
             .observe(secs);
@@ -1129,11 +1139,11 @@ pub struct LabelledMetrics {
     pub auroc: GaugeVec,
     /// 1 while a judge's AUROC is below `labels.auroc_floor` (with enough labels), by judge and
     /// stratum.
-    pub below_floor: IntGaugeVec,
+    pub(crate) below_floor: IntGaugeVec,
     /// `labels.auroc_floor`, when set: the alert's threshold.
     pub floor: Gauge,
     /// `labels.auroc_min_per_class`: labels of each class the alert and the AUROC wait for.
-    pub min_per_class: IntGauge,
+    pub(crate) min_per_class: IntGauge,
 }
 
 impl LabelledMetrics {
@@ -1182,7 +1192,7 @@ impl LabelledMetrics {
     }
 
     /// Creates every series of `judges` and `strata` at zero.
-    pub fn precreate(&self, judges: &[JudgeKind], strata: &[String]) {
+    pub(crate) fn precreate(&self, judges: &[JudgeKind], strata: &[String]) {
         for judge in judges {
             for stratum in strata {
                 for human in ["faithful", "unfaithful"] {
@@ -1202,7 +1212,7 @@ impl LabelledMetrics {
     }
 
     /// Counts one labelled score.
-    pub fn observe(&self, judge: &str, stratum: &str, faithful: bool, score: f64) {
+    pub(crate) fn observe(&self, judge: &str, stratum: &str, faithful: bool, score: f64) {
         let human = if faithful { "faithful" } else { "unfaithful" };
         self.score
             .with_label_values(&[judge, stratum, human])

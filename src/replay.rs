@@ -20,7 +20,8 @@ use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_score
 use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
 use crate::labels::{Metric, PerMetric};
-use crate::pipeline::{Evaluation, Pipeline, Shared};
+use crate::pipeline::{Evaluation, Pipeline};
+use crate::recorder::Shared;
 
 mod lines;
 mod otlp;
@@ -28,7 +29,7 @@ mod record;
 
 use lines::{for_each_line, for_each_line_blocking};
 use record::Records;
-pub use record::{RecordVerdict, VerdictRecord};
+pub(crate) use record::{RecordVerdict, VerdictRecord};
 
 /// Per-stratum figures of a replay.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -44,12 +45,12 @@ pub struct StratumSummary {
     /// Refusals.
     pub refusals: u64,
     /// Per metric, the sum of the scores and how many traces had one.
-    pub score_sums: PerMetric<(f64, u64)>,
+    pub(crate) score_sums: PerMetric<(f64, u64)>,
     /// Labelled scores for AUROC.
     #[serde(skip)]
     pub labelled: Vec<(f64, bool)>,
     /// Confusion at the threshold.
-    pub confusion: Confusion,
+    pub(crate) confusion: Confusion,
     /// Labelled traces whose judge verdict (score against the judge's threshold) agrees with the
     /// label.
     pub agree: u64,
@@ -126,7 +127,7 @@ impl StratumSummary {
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
     /// The k values of the retrieval metrics.
-    pub ks: Vec<usize>,
+    pub(crate) ks: Vec<usize>,
     /// Lines read.
     pub lines: u64,
     /// Lines rejected (with OTLP files: messages and assembled traces), by reason.
@@ -134,7 +135,7 @@ pub struct Summary {
     /// OTLP files: assembled traces not judged, by reason (`not_rag`, `no_retrieval`...).
     pub unjudged: BTreeMap<&'static str, u64>,
     /// OTLP files: spans not kept, by reason (`late`, `invalid_id`, `too_many_spans`).
-    pub spans_dropped: BTreeMap<&'static str, u64>,
+    pub(crate) spans_dropped: BTreeMap<&'static str, u64>,
     /// Per stratum.
     pub strata: BTreeMap<String, StratumSummary>,
     /// Labelled traces as each judge scored them, for the audit (`offline`, `llm`).

@@ -23,7 +23,7 @@ pub struct AuditSample {
     /// The human label: true means no hallucination.
     pub faithful: bool,
     /// The answer's length in whitespace-separated words.
-    pub answer_words: f64,
+    pub(crate) answer_words: f64,
     /// The position check: the score with the contexts in reverse order (`None` when not re-judged,
     /// `Some(None)` when the re-judging gave no score).
     pub reversed: Option<Option<f64>>,
@@ -46,11 +46,11 @@ pub struct PositionCheck {
     /// Traces scored both ways.
     pub traces: usize,
     /// Traces whose re-judging gave no score (a failed call or no claims), counted, not used.
-    pub unscored: usize,
+    pub(crate) unscored: usize,
     /// Mean absolute score change.
-    pub mean_abs_change: f64,
+    pub(crate) mean_abs_change: f64,
     /// Share of traces whose verdict (score at or above the threshold) flipped.
-    pub flip_share: f64,
+    pub(crate) flip_share: f64,
 }
 
 /// The audit of one judge.
@@ -67,7 +67,7 @@ pub struct JudgeAudit {
     /// Cohen's kappa between the judge's call at the threshold and the human label.
     pub kappa: Option<Estimate>,
     /// Spearman correlation of score with answer length, all traces.
-    pub length_spearman: Option<f64>,
+    pub(crate) length_spearman: Option<f64>,
     /// The same within the faithful class.
     pub length_spearman_faithful: Option<f64>,
     /// The same within the unfaithful class.
@@ -97,7 +97,7 @@ pub fn ranks(v: &[f64]) -> Vec<f64> {
 }
 
 /// Pearson correlation; `None` for fewer than two pairs or a constant side.
-pub fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
+pub(crate) fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
     let n = x.len().min(y.len());
     if n < 2 {
         return None;
@@ -116,7 +116,7 @@ pub fn pearson(x: &[f64], y: &[f64]) -> Option<f64> {
 }
 
 /// Spearman rank correlation: Pearson on average ranks, so ties are handled.
-pub fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
+pub(crate) fn spearman(x: &[f64], y: &[f64]) -> Option<f64> {
     pearson(&ranks(x), &ranks(y))
 }
 
@@ -174,7 +174,12 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 
 impl JudgeAudit {
     /// Audits one judge's `samples` at `threshold`, with `resamples` bootstrap resamples from `seed`.
-    pub fn compute(samples: &[AuditSample], threshold: f64, resamples: usize, seed: u64) -> Self {
+    pub(crate) fn compute(
+        samples: &[AuditSample],
+        threshold: f64,
+        resamples: usize,
+        seed: u64,
+    ) -> Self {
         let scores: Vec<f64> = samples.iter().map(|s| s.score).collect();
         let labels: Vec<bool> = samples.iter().map(|s| s.faithful).collect();
         let calls: Vec<bool> = scores.iter().map(|s| *s >= threshold).collect();

@@ -184,7 +184,7 @@ default_from_serde!(Config, ShutdownConfig, LogConfig);
 pub(crate) use default_from_serde;
 
 /// The prefix of environment overrides.
-pub const ENV_PREFIX: &str = "RAGWATCH__";
+pub(crate) const ENV_PREFIX: &str = "RAGWATCH__";
 
 impl Config {
     /// Reads `path`, applies overrides from `env` (`RAGWATCH__SECTION__KEY=value`) and validates.
@@ -545,7 +545,7 @@ impl Config {
     }
 
     /// The drift rule for `metric` as judged by `judge` in `stratum`, with overrides applied.
-    pub fn drift_rule(
+    pub(crate) fn drift_rule(
         &self,
         metric: crate::labels::Metric,
         judge: crate::labels::JudgeKind,
@@ -603,7 +603,7 @@ impl Problems {
 }
 
 /// Whether `s` can be a stratum label value: short, lowercase, no surprises in PromQL.
-pub fn valid_label(s: &str) -> bool {
+pub(crate) fn valid_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()

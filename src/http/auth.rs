@@ -18,9 +18,6 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// Every endpoint, in label order.
-    pub const ALL: [Endpoint; 2] = [Endpoint::Traces, Endpoint::Labels];
-
     /// The label value and the scope name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -165,7 +162,7 @@ impl Tokens {
     }
 
     /// Both sets.
-    pub fn merged(&self, other: &Tokens) -> Tokens {
+    pub(crate) fn merged(&self, other: &Tokens) -> Tokens {
         let mut entries = self.entries.clone();
         entries.extend(other.entries.iter().cloned());
         Tokens { entries }
@@ -223,7 +220,7 @@ pub fn bearer(header: Option<&[u8]>) -> Result<Option<&[u8]>, Refusal> {
 
 /// Whether a request may write to `endpoint`: a verified client certificate suffices; otherwise
 /// the bearer token of `authorization` must be one of `tokens` with that scope.
-pub fn authorize(
+pub(crate) fn authorize(
     tokens: &Tokens,
     authorization: Option<&[u8]>,
     client_certificate: bool,

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{Metrics, openmetrics};
 
-pub mod auth;
+pub(crate) mod auth;
 pub mod config;
-pub mod tls;
+pub(crate) mod tls;
 pub mod write;
 
 /// What the handlers read.

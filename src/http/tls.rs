@@ -39,7 +39,7 @@ struct Files {
 
 /// The files of a TLS listener and the configuration built from their current bytes.
 #[derive(Debug)]
-pub struct ReloadingTls {
+pub(crate) struct ReloadingTls {
     files: Files,
     /// The bytes the current configuration was built from (or last failed to build from).
     seen: Mutex<Vec<Vec<u8>>>,
@@ -68,18 +68,18 @@ impl ReloadingTls {
     }
 
     /// Whether a verified client certificate is a credential here.
-    pub fn verifies_clients(&self) -> bool {
+    pub(crate) fn verifies_clients(&self) -> bool {
         self.files.client_ca.is_some()
     }
 
     /// An acceptor with the configuration in force now.
-    pub fn acceptor(&self) -> TlsAcceptor {
+    pub(crate) fn acceptor(&self) -> TlsAcceptor {
         let config = Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()));
         TlsAcceptor::from(config)
     }
 
     /// Builds the configuration again when a file's bytes changed: `None` when none did.
-    pub fn reload(&self) -> Option<Result<(), TlsError>> {
+    pub(crate) fn reload(&self) -> Option<Result<(), TlsError>> {
         let bytes = match self.files.read() {
             Ok(b) => b,
             Err(e) => return Some(Err(e)),

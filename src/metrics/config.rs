@@ -49,7 +49,7 @@ impl Default for MetricsConfig {
 
 impl MetricsConfig {
     /// The buckets of `ragwatch_retrieval_score`: the explicit list, else the scale's.
-    pub fn retrieval_buckets(&self) -> Vec<f64> {
+    pub(crate) fn retrieval_buckets(&self) -> Vec<f64> {
         self.retrieval_score_buckets
             .clone()
             .unwrap_or_else(|| self.retrieval_score_scale.buckets())

@@ -14,13 +14,13 @@ use prometheus::IntCounterVec;
 
 /// OpenMetrics: "The combined length of the label names and values of an Exemplar's LabelSet MUST
 /// NOT exceed 128 UTF-8 characters."
-pub const MAX_LABEL_SET_CHARS: usize = 128;
+pub(crate) const MAX_LABEL_SET_CHARS: usize = 128;
 
 /// The exemplar's one label.
-pub const TRACE_ID_LABEL: &str = "trace_id";
+pub(crate) const TRACE_ID_LABEL: &str = "trace_id";
 
 /// Why a trace id was not kept as an exemplar; label values of `ragwatch_exemplars_dropped_total`.
-pub const DROP_REASONS: [&str; 2] = ["too_long", "empty"];
+pub(crate) const DROP_REASONS: [&str; 2] = ["too_long", "empty"];
 
 /// One exemplar: the observation and the trace it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +30,7 @@ pub struct Exemplar {
     /// The observed value.
     pub value: f64,
     /// When it was observed, in Unix milliseconds.
-    pub timestamp_ms: u64,
+    pub(crate) timestamp_ms: u64,
 }
 
 /// The latest exemplar per series and bucket of the histograms registered with [`Exemplars::family`].
@@ -62,7 +62,7 @@ type Slots = Arc<Mutex<Vec<Option<Exemplar>>>>;
 /// One series of one histogram, looked up once ([`Exemplars::handle`]) and kept by a caller that
 /// records into it for every trace ([`Exemplars::record_in`]): no label join, hash or map lookup.
 #[derive(Debug, Clone)]
-pub struct SeriesExemplars {
+pub(crate) struct SeriesExemplars {
     family: usize,
     slots: Slots,
 }
@@ -109,7 +109,7 @@ impl Exemplars {
 
     /// The series `labels` of the histogram `name`, to record into with [`Exemplars::record_in`];
     /// `None` for a family that was not registered.
-    pub fn handle(&self, name: &str, labels: &[&str]) -> Option<SeriesExemplars> {
+    pub(crate) fn handle(&self, name: &str, labels: &[&str]) -> Option<SeriesExemplars> {
         let family = self.families.iter().position(|f| f.name == name)?;
         Some(SeriesExemplars {
             family,
@@ -118,7 +118,13 @@ impl Exemplars {
     }
 
     /// [`Exemplars::record`] into a series looked up before.
-    pub fn record_in(&self, series: &SeriesExemplars, value: f64, trace_id: &str, now_ms: u64) {
+    pub(crate) fn record_in(
+        &self,
+        series: &SeriesExemplars,
+        value: f64,
+        trace_id: &str,
+        now_ms: u64,
+    ) {
         if self.keeps(value, trace_id) {
             self.put(series.family, &series.slots, value, trace_id, now_ms);
         }
@@ -214,7 +220,7 @@ impl Exemplars {
     }
 
     /// Whether `name` is a histogram with exemplars.
-    pub fn has_family(&self, name: &str) -> bool {
+    pub(crate) fn has_family(&self, name: &str) -> bool {
         self.families.iter().any(|f| f.name == name)
     }
 

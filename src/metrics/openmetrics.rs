@@ -16,11 +16,11 @@ use prometheus::proto::{Metric, MetricFamily, MetricType};
 use super::exemplars::{Exemplar, Exemplars, TRACE_ID_LABEL};
 
 /// The `Content-Type` of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Whether an `Accept` header prefers OpenMetrics to the Prometheus text format: it names
 /// `application/openmetrics-text` with a q above that of `text/plain` (and of `*/*`).
-pub fn wants_openmetrics(accept: &str) -> bool {
+pub(crate) fn wants_openmetrics(accept: &str) -> bool {
     let mut openmetrics = 0.0f64;
     let mut text = 0.0f64;
     for range in accept.split(',') {
@@ -41,7 +41,7 @@ pub fn wants_openmetrics(accept: &str) -> bool {
 
 /// Writes `families` in the OpenMetrics text format, ending with `# EOF`, the exemplars of
 /// `exemplars` on their histograms' buckets.
-pub fn encode(families: &[MetricFamily], exemplars: &Exemplars, out: &mut String) {
+pub(crate) fn encode(families: &[MetricFamily], exemplars: &Exemplars, out: &mut String) {
     for mf in families {
         let name = mf.name();
         let (family, kind) = match mf.get_field_type() {

@@ -14,10 +14,10 @@ use crate::labels::{JudgeKind, PerMetric};
 use crate::window::EstimateSums;
 
 /// The rank buckets of `ragwatch_retrieval_score`, by a context's 0-based position.
-pub const RANKS: [&str; 3] = ["1", "2-3", "4+"];
+pub(crate) const RANKS: [&str; 3] = ["1", "2-3", "4+"];
 
 /// Which of [`RANKS`] the context at 0-based position `i` falls in.
-pub fn rank_bucket(i: usize) -> usize {
+pub(crate) fn rank_bucket(i: usize) -> usize {
     match i {
         0 => 0,
         1 | 2 => 1,
@@ -27,7 +27,7 @@ pub fn rank_bucket(i: usize) -> usize {
 
 /// One stratum's handles, each looked up on first use.
 #[derive(Debug, Default)]
-pub struct StratumSeries {
+pub(crate) struct StratumSeries {
     pub(super) received: OnceLock<IntCounter>,
     pub(super) sampled: OnceLock<IntCounter>,
     pub(super) contexts: OnceLock<Histogram>,

@@ -6,19 +6,20 @@
 
 mod pool;
 
-pub use pool::{PoolJudge, run_pool};
+pub(crate) use pool::{PoolJudge, run_pool};
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-pub use crate::clock::now_ms;
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::events;
 use crate::judge::{OfflineJudge, OfflineScore, Verdict};
 use crate::labels::SkipReason;
-pub use crate::recorder::Shared;
-use crate::sample::{Sampler, SamplerDecision, StratumId};
+use crate::labels::StratumId;
+use crate::recorder::Shared;
+use crate::sample::{Sampler, SamplerDecision};
 use crate::trace::{DecodeError, Decoder, Trace};
 
 /// Where a message came from, so that its source can move past it once it is accounted for. The
@@ -56,7 +57,7 @@ pub struct JudgeJob {
     /// Where to report completion, if the source tracks offsets.
     pub position: Option<Position>,
     /// Sampled to meet its stratum's minimum per window: may spend the budget's reserve.
-    pub priority: bool,
+    pub(crate) priority: bool,
     /// The probability with which it was going to be sampled (weights the combined estimate).
     pub probability: f64,
 }
@@ -120,7 +121,7 @@ impl Pipeline {
     }
 
     /// Closes the sampled judge's queue: the pool finishes what is queued and then stops.
-    pub fn close_queue(&mut self) {
+    pub(crate) fn close_queue(&mut self) {
         self.judge_tx = None;
     }
 
@@ -135,7 +136,7 @@ impl Pipeline {
     }
 
     /// [`Pipeline::evaluate`] for a trace already built (assembled from OTLP spans).
-    pub fn evaluate_trace(&self, trace: Trace) -> (Evaluation, Option<OfflineScore>) {
+    pub(crate) fn evaluate_trace(&self, trace: Trace) -> (Evaluation, Option<OfflineScore>) {
         let stratum = self.shared.stratifier.assign(&trace);
         let score = self.offline.score(&trace);
         let eval = Evaluation {
@@ -197,7 +198,7 @@ impl Pipeline {
 
     /// Takes in one trace already built (assembled from OTLP spans): stratify, offline judge,
     /// record, sample. Never blocks.
-    pub fn ingest_trace_at(
+    pub(crate) fn ingest_trace_at(
         &mut self,
         trace: Trace,
         position: Option<Position>,

@@ -21,7 +21,7 @@ use crate::recorder::Shared;
 
 /// The judge the pool runs.
 #[derive(Debug, Clone)]
-pub enum PoolJudge {
+pub(crate) enum PoolJudge {
     /// The offline judge, run again off the ingest path (exercises the queue without a network).
     Offline(OfflineJudge),
     /// The LLM judge.
@@ -45,7 +45,7 @@ impl PoolJudge {
 }
 
 /// Runs the pool until the queue is closed and drained, or `abandon` is cancelled.
-pub async fn run_pool(
+pub(crate) async fn run_pool(
     judge: PoolJudge,
     workers: usize,
     mut jobs_rx: mpsc::Receiver<JudgeJob>,

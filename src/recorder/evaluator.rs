@@ -157,7 +157,7 @@ fn set_drift(m: &Metrics, metric: Metric, stratum: &str, judge: JudgeKind, state
 }
 
 /// Runs [`evaluate_once`] on an interval until `stop` is cancelled.
-pub async fn run_evaluator(
+pub(crate) async fn run_evaluator(
     config: Config,
     shared: Shared,
     judges: Vec<JudgeKind>,

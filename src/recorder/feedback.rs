@@ -126,7 +126,7 @@ impl ScoreRing {
 
 /// One judge's agreement with people in one stratum over the AUROC window.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LabelAuroc {
+pub(crate) struct LabelAuroc {
     /// The judge.
     pub judge: JudgeKind,
     /// The stratum.
@@ -159,7 +159,7 @@ struct Label {
 /// One label line as (trace id, faithful): `faithful` a boolean, or a score in [0, 1] read as
 /// faithful from 0.5 up. `None` when it is not a label (bad JSON, no or empty trace id, no usable
 /// `faithful`). Shared by the live join and `replay --labels`.
-pub fn parse_label(line: &[u8]) -> Option<(String, bool)> {
+pub(crate) fn parse_label(line: &[u8]) -> Option<(String, bool)> {
     let label = serde_json::from_slice::<Label>(line).ok()?;
     let faithful = match &label.faithful {
         serde_json::Value::Bool(b) => *b,
@@ -187,7 +187,7 @@ impl Feedback {
 
     /// Remembers `judge`'s faithfulness score of `trace_id` (absent scores are remembered too: a
     /// trace the judge found no claims in can still be labelled).
-    pub fn remember(
+    pub(crate) fn remember(
         &self,
         trace_id: &str,
         stratum: StratumId,
@@ -220,23 +220,9 @@ impl Feedback {
         }
     }
 
-    /// Traces remembered now.
-    pub fn len(&self) -> usize {
-        self.store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .traces
-            .len()
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Every judge's and stratum's labelled scores over the AUROC window ending at `now_ms`, in
     /// judge then stratum order.
-    pub fn aurocs(&self, now_ms: u64) -> Vec<LabelAuroc> {
+    pub(crate) fn aurocs(&self, now_ms: u64) -> Vec<LabelAuroc> {
         let slot = now_ms / self.slot_ms;
         let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<LabelAuroc> = store
@@ -435,7 +421,7 @@ mod tests {
         }
         // A third trace evicts the oldest.
         f.remember("c", 0, JudgeKind::Offline, Some(0.9), 30);
-        assert_eq!(f.len(), 2);
+        assert_eq!(f.store.lock().unwrap().traces.len(), 2);
         assert_eq!(
             f.label(br#"{"trace_id": "a", "faithful": true}"#, &names, &m, 40),
             LabelOutcome::UnknownTrace

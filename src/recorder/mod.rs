@@ -1,6 +1,6 @@
 //! The recorder: where verdicts become numbers. It writes every verdict to the metric families
 //! (histograms, counters) and to the window rings, and adds each trace's offline score and each
-//! LLM verdict (with its inclusion probability) to the combined estimate. The evaluator ([`run_evaluator`]) reads
+//! LLM verdict (with its inclusion probability) to the combined estimate. The evaluator (`run_evaluator`) reads
 //! the rings back every second and exports window gauges and drift flags.
 //!
 //! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
@@ -10,8 +10,9 @@ pub mod config;
 mod evaluator;
 mod feedback;
 
-pub use evaluator::{evaluate_once, export_thresholds, run_evaluator};
-pub use feedback::{Feedback, LabelAuroc, LabelOutcome, parse_label};
+pub(crate) use evaluator::run_evaluator;
+pub use evaluator::{evaluate_once, export_thresholds};
+pub(crate) use feedback::{Feedback, LabelOutcome, parse_label};
 
 use std::sync::{Arc, Mutex};
 
@@ -36,7 +37,7 @@ pub struct Shared {
     /// Whether the combined estimate is kept (an LLM judge scores the sample).
     estimate: bool,
     /// The human-label join, when `labels.enabled`.
-    pub feedback: Option<Arc<Feedback>>,
+    pub(crate) feedback: Option<Arc<Feedback>>,
     /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
     families: Arc<(crate::audit::config::AuditConfig, Option<String>)>,
     /// The length-correlation sums' series, resolved once.
@@ -159,7 +160,7 @@ impl Shared {
         }
     }
 
-    /// Joins one human label line (see [`Feedback`]); `Invalid` when labels are off.
+    /// Joins one human label line (see `Feedback`); `Invalid` when labels are off.
     pub fn label(&self, line: &[u8], now: u64) -> LabelOutcome {
         match &self.feedback {
             Some(f) => f.label(line, self.stratifier.names(), &self.metrics, now),
@@ -169,7 +170,7 @@ impl Shared {
 
     /// Joins every non-blank line of `body` as a label (a POST body or a Kafka message may hold
     /// several); returns the count per outcome, in [`LabelOutcome::ALL`] order.
-    pub fn label_lines(&self, body: &[u8], now: u64) -> [u64; LabelOutcome::ALL.len()] {
+    pub(crate) fn label_lines(&self, body: &[u8], now: u64) -> [u64; LabelOutcome::ALL.len()] {
         let mut counts = [0u64; LabelOutcome::ALL.len()];
         let mut count = |outcome: LabelOutcome| {
             if let Some(i) = LabelOutcome::ALL.iter().position(|o| *o == outcome) {

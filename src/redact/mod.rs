@@ -22,7 +22,7 @@ use crate::redact::config::{RedactConfig, RedactMode};
 use crate::trace::Trace;
 
 /// A built-in pattern's name and its regex.
-pub const BUILTINS: [(&str, &str); 5] = [
+pub(crate) const BUILTINS: [(&str, &str); 5] = [
     (
         "email",
         r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.[a-z]{2,}\b",
@@ -56,9 +56,6 @@ pub const BUILTINS: [(&str, &str); 5] = [
         ),
     ),
 ];
-
-/// Built-in patterns on when the config names none: the ones that are never wanted in a prompt.
-pub const DEFAULT_BUILTINS: [&str; 2] = ["card", "secret"];
 
 /// Why a redactor could not be built. Never carries the hash key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -263,7 +260,7 @@ impl Redactor {
 }
 
 /// Whether the digits of `s` (other characters skipped) pass the Luhn check, 13 to 19 of them.
-pub fn luhn(s: &str) -> bool {
+pub(crate) fn luhn(s: &str) -> bool {
     let digits: Vec<u32> = s.chars().filter_map(|c| c.to_digit(10)).collect();
     if !(13..=19).contains(&digits.len()) {
         return false;

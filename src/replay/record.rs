@@ -14,7 +14,7 @@ use crate::labels::{JudgeKind, Metric, PerMetric};
 
 /// One line of replay output.
 #[derive(Debug, Serialize)]
-pub struct VerdictRecord<'a> {
+pub(crate) struct VerdictRecord<'a> {
     /// The trace id (absent when the line was rejected).
     pub trace_id: Option<&'a str>,
     /// The stratum (absent when rejected).
@@ -41,7 +41,7 @@ pub struct VerdictRecord<'a> {
 /// `details` are written straight from the judge's scores ([`OfflineScore::details_ref`]), the same
 /// bytes without building the JSON object (which cost more than writing it).
 #[derive(Debug, Clone, Copy)]
-pub struct RecordVerdict<'a> {
+pub(crate) struct RecordVerdict<'a> {
     /// The verdict.
     pub verdict: &'a Verdict,
     /// The offline judge's scores behind it, when it is the offline verdict (its `details` left

@@ -12,7 +12,7 @@ pub(super) const RUNBOOK_URL: &str =
 
 /// The per-metric alerts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertKind {
+pub(crate) enum AlertKind {
     /// The combined estimate's upper bound is below the floor.
     BelowFloor,
     /// The combined estimate dropped from its baseline (metrics with `alerts.drift`).
@@ -23,7 +23,7 @@ pub enum AlertKind {
 
 /// One metric's alert of one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Alert {
+pub(crate) struct Alert {
     /// The metric it watches.
     pub metric: Metric,
     /// Which rule.
@@ -32,7 +32,7 @@ pub struct Alert {
 
 impl Alert {
     /// The metric's alerts, in the order the rules file lists them.
-    pub fn of_metric(metric: Metric) -> Vec<Alert> {
+    pub(crate) fn of_metric(metric: Metric) -> Vec<Alert> {
         let mut kinds = vec![AlertKind::BelowFloor];
         if metric.spec().alerts.drift {
             kinds.push(AlertKind::Drift);
@@ -70,7 +70,7 @@ impl Alert {
 
     /// How long its condition holds before it fires, as shipped (seconds): a page waits one
     /// short window, a warning two.
-    pub fn pending_secs(&self) -> u64 {
+    pub(crate) fn pending_secs(&self) -> u64 {
         if self.severity() == "critical" {
             300
         } else {

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use crate::labels::Metric;
 
-pub use alert::{Alert, AlertKind};
+pub(crate) use alert::Alert;
 pub use window::Windows;
 
 /// A generated file: its path from the repository root and its text.
@@ -33,15 +33,17 @@ pub struct File {
 }
 
 /// Where the rules are written, from the repository root.
-pub const RULES_PATH: &str = "deploy/prometheus/rules.yaml";
+pub(crate) const RULES_PATH: &str = "deploy/prometheus/rules.yaml";
 /// Where their promtool unit tests are written.
-pub const RULE_TESTS_PATH: &str = "deploy/prometheus/rules_test.yaml";
+pub(crate) const RULE_TESTS_PATH: &str = "deploy/prometheus/rules_test.yaml";
 /// Where the PrometheusRule manifest is written.
-pub const MANIFEST_PATH: &str = "deploy/kubernetes/components/monitoring/prometheusrule.yaml";
+pub(crate) const MANIFEST_PATH: &str =
+    "deploy/kubernetes/components/monitoring/prometheusrule.yaml";
 /// Where the Grafana dashboard is written.
-pub const DASHBOARD_PATH: &str = "deploy/kubernetes/components/dashboard/ragwatch-dashboard.json";
+pub(crate) const DASHBOARD_PATH: &str =
+    "deploy/kubernetes/components/dashboard/ragwatch-dashboard.json";
 /// Where the runbook is written.
-pub const RUNBOOK_PATH: &str = "docs/runbook.md";
+pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 
 /// Every generated file, with `windows` in the rules and the dashboard's queries.
 pub fn generate(windows: &Windows) -> Vec<File> {
@@ -104,6 +106,6 @@ pub fn dashboard_json(windows: &Windows) -> String {
 }
 
 /// Every per-metric alert ragwatch ships, metric by metric.
-pub fn metric_alerts() -> Vec<Alert> {
+pub(crate) fn metric_alerts() -> Vec<Alert> {
     Metric::ALL.into_iter().flat_map(Alert::of_metric).collect()
 }

@@ -63,7 +63,7 @@ fn sum_range(d: Duration) -> String {
 }
 
 /// A Prometheus duration in hours, minutes, seconds and milliseconds: `23h59m59s999ms`, `5m`.
-pub fn prom_duration(d: Duration) -> String {
+pub(crate) fn prom_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         return "0s".to_owned();

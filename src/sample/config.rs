@@ -27,7 +27,7 @@ pub struct StrataConfig {
 
 impl StrataConfig {
     /// Whether `stratum` is declared out of scope.
-    pub fn is_out_of_scope(&self, stratum: &str) -> bool {
+    pub(crate) fn is_out_of_scope(&self, stratum: &str) -> bool {
         match &self.out_of_scope {
             Some(list) => list.iter().any(|s| s == stratum),
             None => stratum == "out_of_scope" && self.declared.iter().any(|s| s == stratum),

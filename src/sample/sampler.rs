@@ -7,7 +7,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::StratumId;
+use crate::labels::StratumId;
 use crate::sample::config::SampleConfig;
 
 /// Why a trace was or was not sampled.
@@ -128,7 +128,7 @@ impl Sampler {
 }
 
 /// The hash of a trace id, uniform over u64.
-pub fn hash_unit(trace_id: &str) -> u64 {
+pub(crate) fn hash_unit(trace_id: &str) -> u64 {
     xxh3_64(trace_id.as_bytes())
 }
 

@@ -17,7 +17,7 @@ use crate::trace::otlp::config::TraceFormat;
 /// Reads one line into `buf` (without the newline), keeping at most `max` bytes; the rest of an
 /// over-long line is read and dropped so memory stays bounded. Returns `None` at end of input,
 /// else the line's full length.
-pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -50,7 +50,7 @@ pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 /// Reads one length-prefixed message (a big-endian u32, then that many bytes) into `buf`, keeping
 /// at most `max` bytes and discarding the rest. Returns `None` at a clean end of input, else the
 /// message's full length; a message cut short by the end of input is returned as far as it goes.
-pub async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     max: usize,
@@ -83,7 +83,7 @@ pub async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
 
 /// A JSONL (or length-framed OTLP) file, or stdin: `source.kind = "file" | "stdin"`.
 #[derive(Debug, Clone, Copy)]
-pub struct FileSource<'a> {
+pub(crate) struct FileSource<'a> {
     /// Path, pacing and looping.
     pub config: &'a SourceConfig,
     /// The format, for framing and the message size limit.

@@ -7,15 +7,14 @@
 
 pub mod config;
 mod file;
-pub mod kafka;
+pub(crate) mod kafka;
 mod offsets;
 mod otlp;
 mod otlp_grpc;
 mod spans;
 
-pub use file::{FileSource, read_frame_bounded, read_line_bounded};
-pub use offsets::OffsetTracker;
-pub use otlp::OtlpReceiver;
+pub(crate) use file::{FileSource, read_line_bounded};
+pub(crate) use otlp::OtlpReceiver;
 pub use spans::SpanIngest;
 
 use std::future::Future;

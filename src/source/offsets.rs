@@ -17,7 +17,7 @@ struct PartitionState {
 
 /// Tracks received and accounted offsets per (topic index, partition).
 #[derive(Debug, Default)]
-pub struct OffsetTracker {
+pub(crate) struct OffsetTracker {
     partitions: HashMap<(usize, i32), PartitionState>,
 }
 
@@ -55,21 +55,13 @@ impl OffsetTracker {
     }
 
     /// Forgets a partition (revoked): pending work there will be redelivered to its next owner.
-    pub fn forget(&mut self, topic: usize, partition: i32) {
+    pub(crate) fn forget(&mut self, topic: usize, partition: i32) {
         self.partitions.remove(&(topic, partition));
     }
 
     /// Messages received but not yet accounted for, over all partitions.
     pub fn pending(&self) -> usize {
         self.partitions.values().map(|p| p.pending.len()).sum()
-    }
-
-    /// The storable offset of every partition.
-    pub fn storable(&self) -> Vec<((usize, i32), i64)> {
-        self.partitions
-            .iter()
-            .filter_map(|(k, p)| p.stored.map(|o| (*k, o)))
-            .collect()
     }
 
     fn advance(p: &mut PartitionState) -> Option<i64> {

@@ -67,7 +67,7 @@ struct Status {
 /// The OTLP/HTTP receiver: `source.kind = "otlp"`. Its [`routes`](OtlpReceiver::routes) are served
 /// on the write listener; it feeds the requests they take to a [`SpanIngest`].
 #[derive(Debug)]
-pub struct OtlpReceiver {
+pub(crate) struct OtlpReceiver {
     jobs_rx: mpsc::Receiver<Job>,
 }
 

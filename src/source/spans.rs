@@ -81,7 +81,7 @@ impl SpanIngest {
     }
 
     /// Traces waiting for more spans.
-    pub fn pending_traces(&self) -> usize {
+    pub(crate) fn pending_traces(&self) -> usize {
         self.assembler.pending()
     }
 

@@ -487,11 +487,6 @@ impl Decoder {
         }
     }
 
-    /// The limits and format this decoder applies.
-    pub fn limits(&self) -> &DecodeConfig {
-        &self.limits
-    }
-
     /// Decodes one message.
     pub fn decode(&self, bytes: &[u8]) -> Result<Trace, DecodeError> {
         let mut trace = Trace::default();
@@ -502,7 +497,7 @@ impl Decoder {
     /// Decodes one message into `out`, reusing its strings and contexts (a worker that keeps one
     /// trace allocates nothing for a message of the common shape once its buffers have grown).
     /// On an error `out` holds no trace (parts of the message, perhaps) and is only fit to reuse.
-    pub fn decode_into(&self, bytes: &[u8], out: &mut Trace) -> Result<(), DecodeError> {
+    pub(crate) fn decode_into(&self, bytes: &[u8], out: &mut Trace) -> Result<(), DecodeError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(DecodeError::new(RejectReason::Empty, "empty payload"));
         }

@@ -6,8 +6,9 @@ mod decode;
 mod metadata;
 pub mod otlp;
 
-pub use decode::{DecodeError, Decoder, RejectReason};
-pub use metadata::{Metadata, Usage};
+pub use decode::Decoder;
+pub(crate) use decode::{DecodeError, RejectReason};
+pub(crate) use metadata::Metadata;
 
 use serde::Serialize;
 
@@ -28,7 +29,7 @@ pub struct Trace {
     /// Unique per request; the sampling hash key.
     pub trace_id: String,
     /// Event time in ms since the epoch, from the trace or the transport.
-    pub timestamp_ms: Option<i64>,
+    pub(crate) timestamp_ms: Option<i64>,
     /// The user's question.
     pub query: String,
     /// Retrieved contexts, in rank order.

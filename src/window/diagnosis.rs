@@ -4,12 +4,12 @@
 use crate::labels::Metric;
 
 /// The `stage` label values of `ragwatch_diagnosis`.
-pub const STAGES: [&str; 3] = ["retrieval", "generation", "prompt"];
+pub(crate) const STAGES: [&str; 3] = ["retrieval", "generation", "prompt"];
 
 /// Which stage to look at, from which metrics have a drift rule firing (only metrics with enough
 /// samples are in `low`): contexts irrelevant to the question point at retrieval; relevant contexts with an
 /// unfaithful answer point at generation; both fine with an off-topic answer points at the prompt.
-pub fn diagnose(low: &[(Metric, bool)]) -> Option<&'static str> {
+pub(crate) fn diagnose(low: &[(Metric, bool)]) -> Option<&'static str> {
     let state = |m: Metric| low.iter().find(|(x, _)| *x == m).map(|(_, below)| *below);
     let retrieval_ok = state(Metric::ContextRelevance) != Some(true);
     if state(Metric::ContextRelevance) == Some(true) {

@@ -21,7 +21,7 @@ use crate::window::config::{DriftRule, ShiftRule};
 
 /// A drift rule; a label value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuleKind {
+pub(crate) enum RuleKind {
     /// The short window is confidently below the floor.
     Floor,
     /// The short window is confidently more than `max_drop` below the baseline window.
@@ -46,34 +46,34 @@ impl RuleKind {
 
 /// The evaluated drift state of one series.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DriftState {
+pub(crate) struct DriftState {
     /// The floor rule fires.
-    pub below_floor: bool,
+    pub(crate) below_floor: bool,
     /// The drop rule fires.
     pub dropped: bool,
     /// The shift rule fires.
-    pub shifted: bool,
+    pub(crate) shifted: bool,
     /// The drop threshold as an absolute score: the short window's mean fires the drop rule below
     /// it (the rest of the baseline's mean, minus `max_drop`, minus the half-width of the
     /// difference); absent without enough baseline.
-    pub drop_threshold: Option<f64>,
+    pub(crate) drop_threshold: Option<f64>,
     /// The shift test's z (positive: the short window is lower), when both windows have spread.
-    pub shift_z: Option<f64>,
+    pub(crate) shift_z: Option<f64>,
     /// The shift in baseline standard deviations, when the baseline has spread.
-    pub shift_sd: Option<f64>,
+    pub(crate) shift_sd: Option<f64>,
 }
 
 /// The two-sample statistics of a short window against the rest of its baseline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shift {
     /// Scores in the short window.
-    pub short_count: u64,
+    pub(crate) short_count: u64,
     /// Scores in the baseline outside the short window.
-    pub rest_count: u64,
+    pub(crate) rest_count: u64,
     /// (rest mean - short mean) / standard error of the difference.
     pub z: f64,
     /// (rest mean - short mean) / rest standard deviation.
-    pub effect_sd: f64,
+    pub(crate) effect_sd: f64,
 }
 
 impl Shift {
@@ -143,7 +143,7 @@ impl DriftState {
 
     /// Evaluates `rule` on combined estimates: `min_samples` counts judged pairs; `rest` is the
     /// baseline window without the short one.
-    pub fn evaluate_estimate(
+    pub(crate) fn evaluate_estimate(
         rule: &DriftRule,
         short: Option<&Estimate>,
         rest: Option<&Estimate>,

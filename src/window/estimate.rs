@@ -36,11 +36,11 @@ use super::ring::Accumulate;
 /// this; below it the estimate is LLM-only. A slope tuned on a handful of pairs is noisy, and the
 /// interval does not account for that noise (measured: 75 % coverage of a nominal 90 % interval with
 /// about 20 such pairs).
-pub const MIN_PAIRS_FOR_TUNING: u64 = 30;
+pub(crate) const MIN_PAIRS_FOR_TUNING: u64 = 30;
 
 /// The largest `lambda`: the offline score's scale is compressed, so the slope can exceed 1, but a
 /// huge slope only comes from a degenerate sample.
-pub const LAMBDA_MAX: f64 = 20.0;
+pub(crate) const LAMBDA_MAX: f64 = 20.0;
 
 /// The additive sums behind one combined estimate (names as in the `term` label).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -52,25 +52,25 @@ pub struct EstimateSums {
     /// Judged pairs (LLM and offline score).
     pub k: f64,
     /// Of those, the pairs sampled at random (inclusion probability below 1).
-    pub kr: f64,
+    pub(crate) kr: f64,
     /// Sum of 1/pi over the pairs.
     pub w: f64,
     /// Sum of y/pi.
-    pub wy: f64,
+    pub(crate) wy: f64,
     /// Sum of f/pi.
-    pub wf: f64,
+    pub(crate) wf: f64,
     /// Sum of c = 1/pi^2.
     pub c: f64,
     /// Sum of c*y.
-    pub cy: f64,
+    pub(crate) cy: f64,
     /// Sum of c*f.
-    pub cf: f64,
+    pub(crate) cf: f64,
     /// Sum of c*y^2.
-    pub cyy: f64,
+    pub(crate) cyy: f64,
     /// Sum of c*f^2.
-    pub cff: f64,
+    pub(crate) cff: f64,
     /// Sum of c*y*f.
-    pub cyf: f64,
+    pub(crate) cyf: f64,
 }
 
 /// A combined estimate with its confidence interval.
@@ -114,7 +114,7 @@ impl EstimateSums {
 
     /// The sums of `self` without those of `part` (a window minus a window it contains), never
     /// below zero.
-    pub fn minus(&self, part: &EstimateSums) -> EstimateSums {
+    pub(crate) fn minus(&self, part: &EstimateSums) -> EstimateSums {
         let mut out = *self;
         for (a, b) in out.terms_mut().into_iter().zip(part.terms()) {
             *a = (*a - b).max(0.0);
@@ -180,7 +180,8 @@ impl EstimateSums {
     }
 
     /// The LLM-only estimate (`lambda = 0`) with the same variance estimator, for comparison.
-    pub fn llm_only(&self, z: f64) -> Option<Estimate> {
+    #[cfg(test)]
+    pub(crate) fn llm_only(&self, z: f64) -> Option<Estimate> {
         self.estimate_with(z, Some(0.0))
     }
 

@@ -4,19 +4,21 @@
 pub mod config;
 mod diagnosis;
 mod drift;
-pub mod estimate;
+pub(crate) mod estimate;
 mod ring;
 
-pub use diagnosis::{STAGES, diagnose};
-pub use drift::{DriftState, RuleKind, Shift};
-pub use estimate::{Estimate, EstimateSums};
-pub use ring::{Accumulate, Moments, Ring, WindowStats};
+pub(crate) use diagnosis::{STAGES, diagnose};
+pub use drift::Shift;
+pub(crate) use drift::{DriftState, RuleKind};
+pub use estimate::EstimateSums;
+pub use ring::Accumulate;
+pub(crate) use ring::{Moments, Ring, WindowStats};
 
 use crate::labels::{JudgeKind, Metric, StratumId};
 
 /// The rings of one (metric, stratum, judge): one ring per configured window length.
 #[derive(Debug, Clone)]
-pub struct Series<T: Accumulate = Moments> {
+pub(crate) struct Series<T: Accumulate = Moments> {
     rings: Vec<Ring<T>>,
 }
 
@@ -57,7 +59,7 @@ impl Windows {
     }
 
     /// Adds the sums of one trace or judged pair to the combined estimate of (metric, stratum).
-    pub fn record_estimate(
+    pub(crate) fn record_estimate(
         &mut self,
         metric: Metric,
         stratum: StratumId,
@@ -71,7 +73,7 @@ impl Windows {
     }
 
     /// The combined estimate's sums of (metric, stratum) over the window of `window_secs`.
-    pub fn estimate_sums(
+    pub(crate) fn estimate_sums(
         &self,
         metric: Metric,
         stratum: StratumId,
@@ -102,7 +104,7 @@ impl Windows {
     }
 
     /// Statistics of one series over the window of `window_secs` at `now_ms`.
-    pub fn stats(
+    pub(crate) fn stats(
         &self,
         metric: Metric,
         judge: JudgeKind,
@@ -117,7 +119,7 @@ impl Windows {
 }
 
 /// The `window` label value of a window length: `5m`, `1h`, `1d`, or seconds.
-pub fn window_label(secs: u64) -> String {
+pub(crate) fn window_label(secs: u64) -> String {
     match secs {
         s if s % 86_400 == 0 => format!("{}d", s / 86_400),
         s if s % 3_600 == 0 => format!("{}h", s / 3_600),

@@ -18,7 +18,7 @@ pub struct Moments {
     /// Their sum.
     pub sum: f64,
     /// The sum of their squares.
-    pub sum_sq: f64,
+    pub(crate) sum_sq: f64,
 }
 
 impl Accumulate for Moments {
@@ -31,7 +31,7 @@ impl Accumulate for Moments {
 
 impl Moments {
     /// The moments of the scores in `self` but not in `part` (a window minus a window it contains).
-    pub fn minus(&self, part: &Moments) -> Moments {
+    pub(crate) fn minus(&self, part: &Moments) -> Moments {
         Moments {
             count: self.count.saturating_sub(part.count),
             sum: (self.sum - part.sum).max(0.0),
@@ -64,22 +64,22 @@ struct Bucket<T> {
 
 /// Rolling sums over one window length.
 #[derive(Debug, Clone)]
-pub struct Ring<T = Moments> {
+pub(crate) struct Ring<T = Moments> {
     width_ms: u64,
     buckets: Vec<Bucket<T>>,
 }
 
 /// The statistics of a window at one moment.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WindowStats {
+pub(crate) struct WindowStats {
     /// Scores in the window.
     pub count: u64,
     /// Their mean, or `None` when the window is empty.
     pub mean: Option<f64>,
     /// Lower confidence bound of the mean (normal approximation), clamped to [0, 1].
-    pub ci_lower: Option<f64>,
+    pub(crate) ci_lower: Option<f64>,
     /// Upper confidence bound of the mean, clamped to [0, 1].
-    pub ci_upper: Option<f64>,
+    pub(crate) ci_upper: Option<f64>,
     /// The exact sums behind the figures above.
     pub moments: Moments,
 }
@@ -102,7 +102,7 @@ impl<T: Accumulate> Ring<T> {
     }
 
     /// Updates the bucket of `now_ms` with `f`.
-    pub fn update(&mut self, now_ms: u64, f: impl FnOnce(&mut T)) {
+    pub(crate) fn update(&mut self, now_ms: u64, f: impl FnOnce(&mut T)) {
         let epoch = now_ms / self.width_ms;
         let n = self.buckets.len() as u64;
         let b = &mut self.buckets[(epoch % n) as usize];
@@ -144,14 +144,14 @@ impl Ring<Moments> {
     }
 
     /// Statistics of the buckets still inside the window at `now_ms`; `z` sets the bound's width.
-    pub fn stats(&self, now_ms: u64, z: f64) -> WindowStats {
+    pub(crate) fn stats(&self, now_ms: u64, z: f64) -> WindowStats {
         WindowStats::from_moments(self.total(now_ms), z)
     }
 }
 
 impl WindowStats {
     /// Mean and normal-approximation bounds of `moments`.
-    pub fn from_moments(moments: Moments, z: f64) -> WindowStats {
+    pub(crate) fn from_moments(moments: Moments, z: f64) -> WindowStats {
         let Some(mean) = moments.mean() else {
             return WindowStats {
                 count: 0,

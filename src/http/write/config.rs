@@ -156,14 +156,14 @@ default_from_serde!(
 
 impl WriteConfig {
     /// Whether TLS is on.
-    pub fn tls_enabled(&self) -> bool {
+    pub(crate) fn tls_enabled(&self) -> bool {
         self.tls.cert_file.is_some()
     }
 }
 
 impl Config {
     /// Whether the write listener is bound: the OTLP receiver or the labels endpoint is on.
-    pub fn write_listener_needed(&self) -> bool {
+    pub(crate) fn write_listener_needed(&self) -> bool {
         self.source.kind == Some(SourceKind::Otlp) || self.labels.enabled
     }
 

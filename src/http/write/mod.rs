@@ -60,15 +60,13 @@ pub enum WriteError {
 /// A running write listener.
 #[derive(Debug)]
 pub struct WriteServer {
-    /// The bound address.
-    pub addr: SocketAddr,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl WriteServer {
     /// Stops taking connections and waits (a few seconds at most) for requests in flight.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.stop.cancel();
         let _ = self.task.await;
     }
@@ -326,7 +324,7 @@ pub fn spawn(
         client_certificates = certificates,
         "write listener listening"
     );
-    Ok(WriteServer { addr, stop, task })
+    Ok(WriteServer { stop, task })
 }
 
 /// Binds `listen` (port 0 picks one) and writes the bound address to `port_file`.

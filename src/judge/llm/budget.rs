@@ -61,7 +61,7 @@ impl Bucket {
 
 /// Why a call cannot be admitted now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The per-minute limits (requests or tokens) will admit it after this long.
     Later(Duration),
     /// Waiting a minute will not help: the daily budget cannot cover it, the call is larger than a
@@ -71,7 +71,7 @@ pub enum Refusal {
 
 /// What a successful `try_charge` took, to be reconciled with the real usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Charge {
+pub(crate) struct Charge {
     /// Tokens reserved.
     pub tokens: u64,
 }
@@ -114,7 +114,7 @@ impl Budget<DefaultClock> {
 
 impl<C: Clock + Clone> Budget<C> {
     /// A budget on `clock`.
-    pub fn with_clock(config: &BudgetConfig, clock: C) -> Self {
+    pub(crate) fn with_clock(config: &BudgetConfig, clock: C) -> Self {
         let start = clock.now();
         let state = State {
             share: 1.0,
@@ -140,7 +140,7 @@ impl<C: Clock + Clone> Budget<C> {
     }
 
     /// Sets this replica's share of the fleet's budget (assigned partitions / all partitions).
-    pub fn set_share(&self, share: f64) {
+    pub(crate) fn set_share(&self, share: f64) {
         let share = if share.is_finite() {
             share.clamp(0.0, 1.0)
         } else {
@@ -171,14 +171,14 @@ impl<C: Clock + Clone> Budget<C> {
 
     /// Reserves one request and `estimate` tokens, or refuses. A `priority` call may spend the
     /// reserve; an ordinary one must leave it untouched.
-    pub fn try_charge(&self, estimate: u64, priority: bool) -> Option<Charge> {
+    pub(crate) fn try_charge(&self, estimate: u64, priority: bool) -> Option<Charge> {
         self.charge_or_wait(estimate, priority).ok()
     }
 
     /// Reserves one request and `estimate` tokens, or says how long until the per-minute limits
     /// would admit the call (nothing is taken then), or that waiting will not help. Replay waits;
     /// live judging skips.
-    pub fn charge_or_wait(&self, estimate: u64, priority: bool) -> Result<Charge, Refusal> {
+    pub(crate) fn charge_or_wait(&self, estimate: u64, priority: bool) -> Result<Charge, Refusal> {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);
@@ -222,7 +222,7 @@ impl<C: Clock + Clone> Budget<C> {
 
     /// Gives back what the call did not use (`actual` below the estimate). An `actual` above it is
     /// charged too, so the accounts stay true even if a server ignores `max_tokens`.
-    pub fn reconcile(&self, charge: Charge, actual: u64) {
+    pub(crate) fn reconcile(&self, charge: Charge, actual: u64) {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);
@@ -233,7 +233,7 @@ impl<C: Clock + Clone> Budget<C> {
     }
 
     /// Tokens that could be spent now: the smaller of the minute and day buckets.
-    pub fn remaining_tokens(&self) -> f64 {
+    pub(crate) fn remaining_tokens(&self) -> f64 {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);

@@ -15,7 +15,7 @@ type Entries = (HashMap<u128, (Instant, Verdict)>, VecDeque<u128>);
 
 /// The cache.
 #[derive(Debug)]
-pub struct VerdictCache {
+pub(crate) struct VerdictCache {
     ttl: Duration,
     capacity: usize,
     inner: Mutex<Entries>,
@@ -55,7 +55,7 @@ impl VerdictCache {
     }
 
     /// Stores a verdict.
-    pub fn put(&self, key: u128, verdict: Verdict, now: Instant) {
+    pub(crate) fn put(&self, key: u128, verdict: Verdict, now: Instant) {
         if self.capacity == 0 {
             return;
         }
@@ -75,13 +75,9 @@ impl VerdictCache {
     }
 
     /// Entries held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.len()
-    }
-
-    /// Whether the cache is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -28,7 +28,7 @@ pub async fn agreement(judge: &LlmJudge, canaries: &[Trace], threshold: f64) -> 
 }
 
 /// Runs the canaries every `interval` until `stop`.
-pub async fn run_canaries(
+pub(crate) async fn run_canaries(
     judge: Arc<LlmJudge>,
     canaries: Vec<Trace>,
     threshold: f64,

@@ -118,7 +118,7 @@ impl LlmError {
     /// Whether the provider may have done (and billed) the work. Rejections (429, other HTTP
     /// statuses) and transport failures come without usage and are not billed, so their charge is
     /// refunded; a timeout keeps its charge, since the server may have finished the call unseen.
-    pub fn may_be_billed(&self) -> bool {
+    pub(crate) fn may_be_billed(&self) -> bool {
         !matches!(
             self,
             LlmError::Budget
@@ -145,7 +145,7 @@ impl LlmError {
 
     /// The bounded label of a verdict part that failed for this reason: the outcome label, or for
     /// embeddings what was wrong with them.
-    pub fn part_reason(&self) -> &'static str {
+    pub(crate) fn part_reason(&self) -> &'static str {
         match self {
             LlmError::Embedding(e) => e.kind(),
             other => other.kind().name(),
@@ -153,7 +153,7 @@ impl LlmError {
     }
 
     /// Whether another attempt may succeed.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             LlmError::Timeout | LlmError::RateLimited { .. } | LlmError::Transport(_) => true,
             LlmError::Http(code) => *code >= 500,
@@ -162,7 +162,7 @@ impl LlmError {
     }
 
     /// How long the server asked us to wait.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             LlmError::RateLimited { retry_after } => *retry_after,
             _ => None,
@@ -190,7 +190,7 @@ impl Usage {
 
 /// One chat completion's useful parts.
 #[derive(Debug, Clone)]
-pub struct ChatOutput {
+pub(crate) struct ChatOutput {
     /// The message content.
     pub content: String,
     /// `stop`, `length`...
@@ -201,21 +201,21 @@ pub struct ChatOutput {
 
 /// One chat request of the judge, whatever the structured-output mode.
 #[derive(Debug, Clone, Copy)]
-pub struct ChatRequest<'a> {
+pub(crate) struct ChatRequest<'a> {
     /// System message.
     pub system: &'a str,
     /// User message.
     pub user: &'a str,
     /// Name of the response schema.
-    pub schema_name: &'a str,
+    pub(crate) schema_name: &'a str,
     /// The JSON schema of the answer.
     pub schema: &'a Value,
     /// The same with list lengths and non-empty strings, sent in `json_object_schema` mode.
-    pub grammar_schema: &'a Value,
+    pub(crate) grammar_schema: &'a Value,
     /// The answer's shape in words, for modes where the server does not see the schema.
     pub shape: &'a str,
     /// A previous reply that was not valid, and what was wrong with it: the re-ask shows both.
-    pub repair: Option<(&'a str, &'a str)>,
+    pub(crate) repair: Option<(&'a str, &'a str)>,
     /// `max_tokens`.
     pub max_tokens: u64,
 }
@@ -285,7 +285,7 @@ impl ChatRequest<'_> {
 /// What one logical call may still spend (HTTP attempts, shared by transport retries and the
 /// re-ask of a malformed reply), and the retries it made, by reason.
 #[derive(Debug, Clone)]
-pub struct Tries {
+pub(crate) struct Tries {
     /// Attempts left.
     pub left: u32,
     /// Reasons of the retries made (labels of `ragwatch_judge_retries_total`).
@@ -304,7 +304,7 @@ impl Tries {
 
 /// The HTTP client of the LLM judge.
 #[derive(Debug, Clone)]
-pub struct LlmClient {
+pub(crate) struct LlmClient {
     http: reqwest::Client,
     config: LlmConfig,
     api_key: Option<String>,
@@ -582,7 +582,7 @@ fn numbers(v: &Value) -> Result<Vec<f64>, EmbeddingError> {
 }
 
 /// The mean of per-token vectors, as the pooled sentence embedding.
-pub fn mean_pool(tokens: &[Vec<f64>]) -> Result<Vec<f64>, EmbeddingError> {
+pub(crate) fn mean_pool(tokens: &[Vec<f64>]) -> Result<Vec<f64>, EmbeddingError> {
     let Some(first) = tokens.first() else {
         return Err(EmbeddingError::Shape("no token vectors".into()));
     };
@@ -604,7 +604,7 @@ pub fn mean_pool(tokens: &[Vec<f64>]) -> Result<Vec<f64>, EmbeddingError> {
 }
 
 /// Decodes standard base64 (padding optional) of little-endian f32s.
-pub fn decode_f32s(text: &str) -> Result<Vec<f64>, EmbeddingError> {
+pub(crate) fn decode_f32s(text: &str) -> Result<Vec<f64>, EmbeddingError> {
     fn sextet(c: u8) -> Option<u32> {
         Some(match c {
             b'A'..=b'Z' => c - b'A',

@@ -24,18 +24,18 @@ mod mode;
 mod observer;
 mod prompt;
 
-pub use budget::{Budget, Charge, Refusal};
-pub use cache::VerdictCache;
-pub use canary::{agreement, run_canaries};
-pub use client::{
-    ChatOutput, ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage, backoff,
-    decode_f32s, mean_pool,
-};
-pub use mode::{CHAIN, mode_name};
-pub use observer::{IdentitySeries, LlmObserver};
-pub use prompt::{
-    ClaimVerdict, ContextsProblem, JudgedClaim, json_object, parse_faithfulness, parse_output,
-    parse_relevancy,
+pub(crate) use budget::{Budget, Charge, Refusal};
+pub(crate) use cache::VerdictCache;
+pub use canary::agreement;
+pub(crate) use canary::run_canaries;
+pub use client::backoff;
+pub(crate) use client::{ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage};
+pub use mode::CHAIN;
+pub(crate) use mode::mode_name;
+pub(crate) use observer::{IdentitySeries, LlmObserver};
+pub use prompt::json_object;
+pub(crate) use prompt::{
+    ClaimVerdict, JudgedClaim, parse_faithfulness, parse_output, parse_relevancy,
 };
 
 use std::collections::HashMap;
@@ -207,7 +207,7 @@ pub enum LlmSetupError {
 
 /// The API key: from the environment variable, else the mounted file. A local server may need none
 /// (`allow_missing`).
-pub fn api_key(
+pub(crate) fn api_key(
     config: &LlmConfig,
     env: &HashMap<String, String>,
 ) -> Result<Option<String>, LlmSetupError> {
@@ -290,7 +290,7 @@ impl LlmJudge {
     /// verdicts on or off, structured-output mode), so a change of any of them shows as a judge
     /// change. With `structured_output = "auto"` it says `auto` until
     /// [`LlmJudge::resolve_structured_output`] has found the server's mode.
-    pub fn model_id(config: &LlmConfig) -> String {
+    pub(crate) fn model_id(config: &LlmConfig) -> String {
         Self::identity_for(config, config.structured_output)
     }
 
@@ -329,7 +329,7 @@ impl LlmJudge {
     /// the configured one in `ragwatch_judge_info` (the `auto` series is withdrawn first, so it is
     /// never scraped beside the real one). When the server cannot be reached, the identity stays
     /// `.../auto` for this process and the first calls that get through settle the mode.
-    pub async fn resolve_structured_output(&self) -> StructuredOutput {
+    pub(crate) async fn resolve_structured_output(&self) -> StructuredOutput {
         if self.mode.is_resolved() {
             return self.mode.current();
         }
@@ -440,7 +440,7 @@ impl LlmJudge {
     /// Judges one trace for replay: every trace is wanted, so a call waits for the per-minute
     /// budget (in arrival order) instead of being skipped; only the daily budget skips
     /// (`budget_exhausted`), and the trace deadline bounds the calls, not the wait.
-    pub async fn judge_paced(&self, trace: &Trace) -> Result<Verdict, LlmError> {
+    pub(crate) async fn judge_paced(&self, trace: &Trace) -> Result<Verdict, LlmError> {
         if let Some(v) = self.cache.get(VerdictCache::key(trace), Instant::now()) {
             return Ok(v);
         }
@@ -448,7 +448,11 @@ impl LlmJudge {
     }
 
     /// Judges one trace without consulting the cache (canaries must reach the model).
-    pub async fn judge_fresh(&self, trace: &Trace, priority: bool) -> Result<Verdict, LlmError> {
+    pub(crate) async fn judge_fresh(
+        &self,
+        trace: &Trace,
+        priority: bool,
+    ) -> Result<Verdict, LlmError> {
         self.judge_with(trace, Admission::Skip { priority }).await
     }
 
@@ -846,7 +850,7 @@ impl LlmJudge {
 }
 
 /// Cosine similarity; 0 for a zero or mismatched vector (never NaN).
-pub fn cosine(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn cosine(a: &[f64], b: &[f64]) -> f64 {
     if a.len() != b.len() || a.is_empty() {
         return 0.0;
     }

@@ -20,7 +20,7 @@ pub const CHAIN: [StructuredOutput; 4] = [
 ];
 
 /// The config and label spelling of a mode.
-pub fn mode_name(mode: StructuredOutput) -> &'static str {
+pub(crate) fn mode_name(mode: StructuredOutput) -> &'static str {
     match mode {
         StructuredOutput::Auto => "auto",
         StructuredOutput::JsonSchema => "json_schema",
@@ -32,7 +32,7 @@ pub fn mode_name(mode: StructuredOutput) -> &'static str {
 
 /// The mode in use, shared by every call of one judge.
 #[derive(Debug)]
-pub struct ModeState {
+pub(crate) struct ModeState {
     configured: StructuredOutput,
     /// Index into [`CHAIN`] of the mode calls use now.
     index: AtomicUsize,
@@ -57,14 +57,14 @@ impl ModeState {
     }
 
     /// Whether the mode is settled (fixed, or `auto` found one the server takes).
-    pub fn is_resolved(&self) -> bool {
+    pub(crate) fn is_resolved(&self) -> bool {
         self.resolved.load(Ordering::Acquire)
     }
 
     /// After the server refused `from`: moves on to the next mode while `auto` is still looking.
     /// True when the caller should send again (in [`Self::current`]); false when the mode is
     /// fixed, settled, or there is nothing left to try.
-    pub fn fall_back(&self, from: StructuredOutput) -> bool {
+    pub(crate) fn fall_back(&self, from: StructuredOutput) -> bool {
         if self.is_resolved() {
             return false;
         }
@@ -84,7 +84,7 @@ impl ModeState {
 
     /// After the server answered a call made in `mode`. True the first time `auto` settles, so
     /// the caller logs and exports the choice once.
-    pub fn confirm(&self, mode: StructuredOutput) -> bool {
+    pub(crate) fn confirm(&self, mode: StructuredOutput) -> bool {
         self.configured == StructuredOutput::Auto
             && mode == self.current()
             && !self.resolved.swap(true, Ordering::AcqRel)

@@ -52,7 +52,10 @@ pub struct KafkaConfig {
 impl KafkaConfig {
     /// The static member name to use: `group_instance_id` when set (empty: none), else the first
     /// of `$POD_NAME` and `$HOSTNAME` that is set and valid. `env` is the process environment.
-    pub fn effective_group_instance_id(&self, env: &HashMap<String, String>) -> Option<String> {
+    pub(crate) fn effective_group_instance_id(
+        &self,
+        env: &HashMap<String, String>,
+    ) -> Option<String> {
         match &self.group_instance_id {
             Some(id) => Some(id.clone()).filter(|id| !id.is_empty()),
             None => ["POD_NAME", "HOSTNAME"]
@@ -65,7 +68,7 @@ impl KafkaConfig {
 
     /// Kafka's rule for a `group.instance.id`: at most 249 of `[A-Za-z0-9._-]`, not `.` or `..`.
     /// Empty means dynamic membership and passes.
-    pub fn check_group_instance_id(id: &str) -> Result<(), String> {
+    pub(crate) fn check_group_instance_id(id: &str) -> Result<(), String> {
         let legal = id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
@@ -180,7 +183,7 @@ impl KafkaConfig {
 
     /// The connection settings: the user's `properties`, then the brokers, the statistics interval
     /// and the SASL password from the environment variable `sasl_password_env` names.
-    pub fn client_config(&self, env: &HashMap<String, String>) -> ClientConfig {
+    pub(crate) fn client_config(&self, env: &HashMap<String, String>) -> ClientConfig {
         let mut c = ClientConfig::new();
         for (k, v) in &self.properties {
             c.set(k, v);

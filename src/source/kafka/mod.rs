@@ -367,7 +367,7 @@ fn apply_share(membership: &Membership, metrics: &Metrics, budget: Option<&Budge
 
 /// A Kafka consumer group: `source.kind = "kafka"`.
 #[derive(Debug)]
-pub struct KafkaSource<'a> {
+pub(crate) struct KafkaSource<'a> {
     /// Brokers, topics, group and membership.
     pub config: &'a KafkaConfig,
     /// The environment (SASL password, `POD_NAME` for the group instance id).
@@ -642,7 +642,7 @@ impl Stored<'_> {
 /// waits), and its offset stored right after, so a committed offset never covers a label that was
 /// not applied. Malformed, unknown and expired labels are counted by outcome and passed over; a
 /// rebalance needs no bookkeeping, since nothing is ever pending.
-pub async fn run_label_source(
+pub(crate) async fn run_label_source(
     config: &KafkaConfig,
     topic: &str,
     group_id: &str,

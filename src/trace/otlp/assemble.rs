@@ -97,12 +97,12 @@ pub struct AddStats {
     /// Spans not kept, by [`SpanDrop`] (in `SpanDrop::ALL` order).
     pub dropped: [usize; 3],
     /// Traces the request's token was attached to (each returns it once, in a [`Completed`]).
-    pub attached: usize,
+    pub(crate) attached: usize,
 }
 
 impl AddStats {
     /// Spans not kept, all reasons.
-    pub fn dropped_total(&self) -> usize {
+    pub(crate) fn dropped_total(&self) -> usize {
         self.dropped.iter().sum()
     }
 
@@ -172,7 +172,8 @@ impl<T: Copy + PartialEq> Assembler<T> {
     }
 
     /// Bytes of span content held.
-    pub fn pending_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending_bytes(&self) -> usize {
         self.bytes
     }
 
@@ -293,7 +294,7 @@ impl<T: Copy + PartialEq> Assembler<T> {
 
     /// Removes `token`s matching `gone` from every pending trace (a revoked partition: its
     /// messages are redelivered to their next owner, whose tokens these are no longer).
-    pub fn detach(&mut self, gone: impl Fn(&T) -> bool) {
+    pub(crate) fn detach(&mut self, gone: impl Fn(&T) -> bool) {
         for p in self.pending.values_mut() {
             p.tokens.retain(|t| !gone(t));
         }

@@ -21,7 +21,7 @@ pub enum TraceFormat {
 
 impl TraceFormat {
     /// Whether messages carry spans that must be assembled into traces.
-    pub fn is_otlp(self) -> bool {
+    pub(crate) fn is_otlp(self) -> bool {
         self != TraceFormat::Native
     }
 }

@@ -72,7 +72,7 @@ fn protobuf_error(detail: &str) -> DecodeError {
 
 /// Spans in a protobuf `ExportTraceServiceRequest`, from its wire structure alone
 /// (`resource_spans` = 1, `scope_spans` = 2, `spans` = 2), without decoding any span.
-pub fn count_spans(bytes: &[u8]) -> Result<usize, DecodeError> {
+pub(crate) fn count_spans(bytes: &[u8]) -> Result<usize, DecodeError> {
     let mut total = 0usize;
     for_each_field(bytes, 1, &mut |resource| {
         for_each_field(resource, 2, &mut |scope| {

@@ -22,12 +22,13 @@ mod preset;
 #[cfg(test)]
 mod shapes;
 
-pub use assemble::{AddStats, Assembler, Completed, Outcome, Trigger};
-pub use decode::{count_spans, decode_request};
+pub(crate) use assemble::{AddStats, Trigger};
+pub use assemble::{Assembler, Completed, Outcome};
+pub use decode::decode_request;
 
 /// Why a span was not kept; label values of `ragwatch_spans_dropped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SpanDrop {
+pub(crate) enum SpanDrop {
     /// A trace id that is not 16 bytes or is all zero, or a span id that is not 8 bytes.
     InvalidId,
     /// Its trace was already completed (judged or dropped) when the span arrived.

@@ -66,8 +66,8 @@ pub(super) struct SpanFacts {
     pub span_id: u64,
     /// 0 for a root span.
     pub parent_id: u64,
-    pub start_ns: u64,
-    pub end_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
     pub kind: Kind,
     /// Question candidate (a chain's input).
     pub input: Option<String>,
@@ -86,13 +86,13 @@ pub(super) struct SpanFacts {
     /// OpenInference `metadata` (a JSON object), merged into the trace's metadata.
     pub metadata: Option<serde_json::Map<String, Value>>,
     /// The chain's input was there but only as a serialized object with no question in it.
-    pub input_unreadable: bool,
+    pub(crate) input_unreadable: bool,
     /// The chain's output was there but only as a serialized object with no answer in it.
-    pub output_unreadable: bool,
+    pub(crate) output_unreadable: bool,
     /// A kept text was longer than `decode.max_field_bytes` (and was not kept).
-    pub too_long: bool,
+    pub(crate) too_long: bool,
     /// More documents than `decode.max_contexts`.
-    pub too_many_docs: bool,
+    pub(crate) too_many_docs: bool,
 }
 
 impl SpanFacts {
@@ -119,9 +119,9 @@ impl SpanFacts {
 #[derive(Debug, Clone)]
 pub(super) struct Extractor {
     pub preset: Preset,
-    pub stratum_key: String,
-    pub max_field_bytes: usize,
-    pub max_docs: usize,
+    pub(crate) stratum_key: String,
+    pub(crate) max_field_bytes: usize,
+    pub(crate) max_docs: usize,
 }
 
 /// Messages of a model call seen so far: (index, role, text).
@@ -147,7 +147,7 @@ impl Extractor {
     }
 
     /// Reads a resource attribute list for the stratum attribute.
-    pub fn resource_stratum(&self, attributes: &mut [KeyValue]) -> Option<String> {
+    pub(crate) fn resource_stratum(&self, attributes: &mut [KeyValue]) -> Option<String> {
         attributes
             .iter_mut()
             .find(|kv| kv.key == self.stratum_key)

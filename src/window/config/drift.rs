@@ -79,7 +79,7 @@ pub struct DriftRule {
 
 impl DriftRule {
     /// The built-in rule of `metric` for `judge` (see the module docs for why).
-    pub fn builtin(metric: Metric, judge: JudgeKind) -> RuleOverride {
+    pub(crate) fn builtin(metric: Metric, judge: JudgeKind) -> RuleOverride {
         match judge {
             JudgeKind::Offline => RuleOverride {
                 floor: None,

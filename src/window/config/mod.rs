@@ -1,10 +1,10 @@
-//! Rolling windows (`[windows]`) and drift rules (`[drift]`: [`DriftConfig`]).
+//! Rolling windows (`[windows]`) and drift rules (`[drift]`: `DriftConfig`).
 
 use serde::{Deserialize, Serialize};
 
 mod drift;
 
-pub use drift::{DriftConfig, DriftRule, RuleOverride, ShiftRule};
+pub(crate) use drift::{DriftConfig, DriftRule, ShiftRule};
 
 /// Rolling windows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
