@@ -26,7 +26,7 @@ use crate::sample::config::{SampleConfig, StrataConfig};
 use crate::source::config::{SourceConfig, SourceKind};
 use crate::source::kafka::config::KafkaConfig;
 use crate::trace::config::DecodeConfig;
-use crate::trace::otlp::config::{AssemblyConfig, OtlpConfig, default_otlp_format};
+use crate::trace::otlp::config::{AssemblyConfig, OtlpConfig, TraceFormat, default_otlp_format};
 use crate::window::config::{DriftConfig, WindowsConfig};
 
 /// Why a configuration could not be loaded. Each variant names the offending field or file.
@@ -236,235 +236,35 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         self.validate_source(&mut p);
-        self.validate_strata(&mut p);
-        self.validate_sampling(&mut p);
-        self.validate_windows(&mut p);
+        self.strata.validate(&mut p);
+        self.sample.validate(&self.strata, &mut p);
+        self.judge.validate(&mut p);
+        self.budget.validate(&mut p);
+        self.windows.validate(&mut p);
         self.validate_drift(&mut p);
-        self.validate_llm(&mut p);
-        if self.labels.enabled && self.labels.max_traces == 0 {
-            p.add("labels.max_traces", "must be > 0");
-        }
-        p.ratio(
-            "labels.llm_faithful_threshold",
-            self.labels.llm_faithful_threshold,
-        );
-        p.ratio("labels.auroc_floor", self.labels.auroc_floor);
-        if self.labels.auroc_window_secs == 0 {
-            p.add("labels.auroc_window_secs", "must be > 0");
-        }
-        if self.labels.topic.is_some() && !self.labels.enabled {
-            p.add("labels.topic", "needs labels.enabled = true");
-        }
-        if self.labels.topic.as_deref() == Some("") {
-            p.add(
-                "labels.topic",
-                "must not be empty (leave it out for no topic)",
-            );
-        }
+        self.llm
+            .validate(self.judge.sampled == SampledJudge::Llm, &mut p);
+        self.labels.validate(&mut p);
         self.validate_otlp(&mut p);
         self.validate_write(&mut p);
-        self.validate_redact(&mut p);
-        if let Some(b) = &self.metrics.retrieval_score_buckets {
-            if b.is_empty() || b.len() > 40 {
-                p.add("metrics.retrieval_score_buckets", "needs 1 to 40 bounds");
-            } else if b.iter().any(|x| !x.is_finite()) || b.windows(2).any(|w| w[0] >= w[1]) {
-                p.add(
-                    "metrics.retrieval_score_buckets",
-                    "must be finite and strictly ascending (+Inf is implicit)",
-                );
-            }
-        }
-        if let Err(e) = self.http.listen.parse::<std::net::SocketAddr>() {
-            p.add("http.listen", e.to_string());
-        }
+        self.redact.validate(&mut p);
+        self.metrics.validate(&mut p);
+        self.http.validate(&mut p);
         p.into_result()
     }
 
-    fn validate_redact(&self, p: &mut Problems) {
-        let r = &self.redact;
-        let builtins = ["email", "phone", "card", "secret", "ip"];
-        for b in &r.builtins {
-            if !builtins.contains(&b.as_str()) {
-                p.add(
-                    "redact.builtins",
-                    format!("unknown pattern {b:?} (email, phone, card, secret, ip)"),
-                );
-            }
-        }
-        let mut seen: Vec<&str> = r.builtins.iter().map(String::as_str).collect();
-        for pat in &r.patterns {
-            let field = format!("redact.patterns.{}", pat.name);
-            if !valid_label(&pat.name) {
-                p.add(
-                    &field,
-                    "name: lowercase letters, digits and _ (a label value)",
-                );
-            }
-            if seen.contains(&pat.name.as_str()) || builtins.contains(&pat.name.as_str()) {
-                p.add(&field, "name taken (by a built-in or another pattern)");
-            }
-            seen.push(&pat.name);
-            if let Err(e) = regex::Regex::new(&pat.regex) {
-                p.add(&field, e.to_string());
-            }
-        }
-    }
-
     fn validate_source(&self, p: &mut Problems) {
-        if self.source.rate_per_sec < 0.0 || !self.source.rate_per_sec.is_finite() {
-            p.add("source.rate_per_sec", "must be >= 0");
-        }
-        if self.source.kind == Some(SourceKind::File) && self.source.path.is_none() {
-            p.add("source.path", "names the file to read for kind = \"file\"");
-        }
+        self.source.validate(p);
         self.kafka
             .validate(self.source.kind == Some(SourceKind::Kafka), p);
-        for (field, v) in [
-            ("decode.max_message_bytes", self.decode.max_message_bytes),
-            ("decode.max_field_bytes", self.decode.max_field_bytes),
-            ("decode.max_contexts", self.decode.max_contexts),
-        ] {
-            if v == 0 {
-                p.add(field, "must be > 0");
-            }
-        }
-    }
-
-    fn validate_strata(&self, p: &mut Problems) {
-        let mut seen = std::collections::HashSet::new();
-        for (i, s) in self.strata.declared.iter().enumerate() {
-            let field = format!("strata.declared[{i}]");
-            if !valid_label(s) {
-                p.add(&field, format!("`{s}` must match [a-z0-9_]{{1,64}}"));
-            }
-            if s == crate::labels::OTHER_STRATUM {
-                p.add(&field, "`other` is reserved for undeclared strata");
-            }
-            if !seen.insert(s) {
-                p.add(&field, format!("`{s}` is declared twice"));
-            }
-        }
-        for (i, rule) in self.strata.rules.iter().enumerate() {
-            let field = format!("strata.rules[{i}]");
-            if !self.strata.declared.contains(&rule.stratum)
-                && rule.stratum != crate::labels::DEFAULT_STRATUM
-            {
-                p.add(
-                    &format!("{field}.stratum"),
-                    format!("`{}` is not declared", rule.stratum),
-                );
-            }
-            if rule.metadata_field.is_none() && rule.query_regex.is_none() {
-                p.add(&field, "needs metadata_field+equals or query_regex");
-            }
-            if rule.metadata_field.is_some() != rule.equals.is_some() {
-                let missing = if rule.equals.is_none() {
-                    "equals"
-                } else {
-                    "metadata_field"
-                };
-                p.add(
-                    &format!("{field}.{missing}"),
-                    "metadata_field and equals go together",
-                );
-            }
-            if let Some(re) = &rule.query_regex
-                && let Err(e) = regex::Regex::new(re)
-            {
-                p.add(&format!("{field}.query_regex"), e.to_string());
-            }
-        }
-        for (i, s) in self.strata.out_of_scope.iter().flatten().enumerate() {
-            if !self.strata.declared.contains(s) {
-                p.add(
-                    &format!("strata.out_of_scope[{i}]"),
-                    format!("`{s}` is not declared"),
-                );
-            }
-        }
-    }
-
-    fn validate_sampling(&self, p: &mut Problems) {
-        p.ratio("sample.default_rate", self.sample.default_rate);
-        for (stratum, rate) in &self.sample.rates {
-            let field = format!("sample.rates.{stratum}");
-            p.ratio(&field, *rate);
-            self.check_stratum(p, &field, stratum);
-        }
-        if !(self.sample.uncertain_boost >= 1.0 && self.sample.uncertain_boost.is_finite()) {
-            p.add("sample.uncertain_boost", "must be >= 1");
-        }
-        if self.sample.min_window_secs == Some(0) {
-            p.add("sample.min_window_secs", "must be > 0");
-        }
-        if self.judge.queue_capacity == 0 {
-            p.add("judge.queue_capacity", "must be > 0");
-        }
-        if self.judge.workers == 0 {
-            p.add("judge.workers", "must be > 0");
-        }
-        p.ratio("judge.faithful_threshold", self.judge.faithful_threshold);
-        if !(0.0..1.0).contains(&self.budget.reserve_ratio) {
-            p.add("budget.reserve_ratio", "must be in [0, 1)");
-        }
-        // A zero limit is a judge that silently never runs: refuse it, say how to switch off.
-        for (field, zero) in [
-            (
-                "budget.requests_per_minute",
-                self.budget.requests_per_minute == 0,
-            ),
-            (
-                "budget.tokens_per_minute",
-                self.budget.tokens_per_minute == 0,
-            ),
-            ("budget.tokens_per_day", self.budget.tokens_per_day == 0),
-        ] {
-            if zero {
-                p.add(
-                    field,
-                    "must be > 0 (to run no LLM judge, set judge.sampled = \"none\")",
-                );
-            }
-        }
-    }
-
-    fn validate_windows(&self, p: &mut Problems) {
-        let w = &self.windows;
-        if w.window_secs.is_empty() || w.window_secs.contains(&0) {
-            p.add(
-                "windows.window_secs",
-                "needs at least one window, each > 0 s",
-            );
-        }
-        if w.buckets < 2 || w.buckets > 10_000 {
-            p.add("windows.buckets", "must be in 2..=10000");
-        }
-        for (name, secs) in [
-            ("windows.short_secs", w.short_secs),
-            ("windows.baseline_secs", w.baseline_secs),
-        ] {
-            if !w.window_secs.contains(&secs) {
-                p.add(name, format!("{secs} is not in windows.window_secs"));
-            }
-        }
-        if w.short_secs > w.baseline_secs {
-            p.add(
-                "windows.short_secs",
-                "must not be longer than baseline_secs",
-            );
-        }
-        if w.evaluate_interval_ms == 0 {
-            p.add("windows.evaluate_interval_ms", "must be > 0");
-        }
-        if !(w.z.is_finite() && w.z >= 0.0) {
-            p.add("windows.z", "must be finite and >= 0");
-        }
+        self.decode.validate(p);
     }
 
     fn validate_drift(&self, p: &mut Problems) {
         for (field, stratum, rule) in self.drift.sections() {
             if let Some(stratum) = stratum {
-                self.check_stratum(p, &format!("drift.overrides.{stratum}"), stratum);
+                self.strata
+                    .check_stratum(p, &format!("drift.overrides.{stratum}"), stratum);
             }
             for (key, reason) in rule.problems() {
                 p.add(&format!("{field}.{key}"), reason);
@@ -498,49 +298,55 @@ impl Config {
         }
     }
 
-    fn validate_llm(&self, p: &mut Problems) {
-        let llm = &self.llm;
-        if self.judge.sampled == SampledJudge::Llm {
-            if !(llm.base_url.starts_with("http://") || llm.base_url.starts_with("https://")) {
-                p.add("llm.base_url", "must be an http(s) URL");
-            }
-            if llm.chat_model.trim().is_empty() {
-                p.add("llm.chat_model", "must be named");
-            }
-            if llm.embedding_model.trim().is_empty() {
-                p.add("llm.embedding_model", "must be named");
-            }
+    /// Whether the write listener is bound: the OTLP receiver or the labels endpoint is on.
+    pub(crate) fn write_listener_needed(&self) -> bool {
+        self.source.kind == Some(SourceKind::Otlp) || self.labels.enabled
+    }
+
+    /// Checks `[write]`, and its listeners where a source or the labels endpoint binds them.
+    fn validate_write(&self, p: &mut Problems) {
+        let w = &self.write;
+        if self.write_listener_needed()
+            && let Some(Err(e)) = w
+                .grpc_listen
+                .as_ref()
+                .map(|l| l.parse::<std::net::SocketAddr>())
+        {
+            p.add("write.grpc_listen", e.to_string());
         }
-        if !(1..=10).contains(&llm.relevancy_questions) {
-            p.add("llm.relevancy_questions", "must be in 1..=10");
+        if self.write_listener_needed()
+            && let Err(e) = w.listen.parse::<std::net::SocketAddr>()
+        {
+            p.add("write.listen", e.to_string());
         }
-        for (field, zero) in [
-            ("llm.max_attempts", llm.max_attempts == 0),
-            ("llm.max_output_tokens", llm.max_output_tokens == 0),
-            ("llm.trace_deadline_ms", llm.trace_deadline_ms == 0),
-            ("llm.request_timeout_ms", llm.request_timeout_ms == 0),
-            ("llm.canary_interval_secs", llm.canary_interval_secs == 0),
-            ("llm.records_max_bytes", llm.records_max_bytes == 0),
-        ] {
-            if zero {
-                p.add(field, "must be > 0");
-            }
+        if self.write_listener_needed() && w.listen == self.http.listen && !w.listen.ends_with(":0")
+        {
+            p.add(
+                "write.listen",
+                "must differ from http.listen: writes and metrics are separate listeners",
+            );
         }
-        if !(0.0..=2.0).contains(&llm.temperature) {
-            p.add("llm.temperature", "must be in [0, 2]");
+        w.validate(p);
+    }
+
+    /// Checks that the source and the decode format agree about OTLP.
+    fn validate_otlp(&self, p: &mut Problems) {
+        self.assembly.validate(p);
+        self.otlp.validate(p);
+        if self.source.kind == Some(SourceKind::Otlp) && !self.decode.format.is_otlp() {
+            p.add(
+                "decode.format",
+                "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
+                 it unset (the receiver takes both whichever is set)",
+            );
         }
-        for key in llm.headers.keys() {
-            let k = key.to_ascii_lowercase();
-            if k == "authorization" || k == "api-key" || k.contains("secret") || k.contains("token")
-            {
-                p.add(
-                    &format!("llm.headers.{key}"),
-                    format!(
-                        "credentials come from ${} or llm.api_key_file",
-                        llm.api_key_env
-                    ),
-                );
-            }
+        if self.source.kind == Some(SourceKind::Stdin)
+            && self.decode.format == TraceFormat::OtlpProto
+        {
+            p.add(
+                "decode.format",
+                "otlp_proto is read from files and Kafka; stdin takes otlp_json lines",
+            );
         }
     }
 
@@ -563,15 +369,6 @@ impl Config {
             }
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
-    }
-
-    fn check_stratum(&self, p: &mut Problems, field: &str, stratum: &str) {
-        if !(self.strata.declared.iter().any(|s| s == stratum)
-            || stratum == crate::labels::DEFAULT_STRATUM
-            || stratum == crate::labels::OTHER_STRATUM)
-        {
-            p.add(field, format!("stratum `{stratum}` is not declared"));
-        }
     }
 }
 

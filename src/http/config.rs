@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The admin HTTP server: read-only (metrics and probes); writes go to `[write]`.
@@ -20,4 +21,13 @@ crate::config::default_from_serde!(HttpConfig);
 
 fn default_listen() -> String {
     "0.0.0.0:9464".into()
+}
+
+impl HttpConfig {
+    /// Checks `[http]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if let Err(e) = self.listen.parse::<std::net::SocketAddr>() {
+            p.add("http.listen", e.to_string());
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The judges and their bounded work queue.
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Which judge scores the sample.
@@ -48,4 +49,17 @@ fn default_workers() -> usize {
 
 fn default_threshold() -> f64 {
     0.5
+}
+
+impl JudgeConfig {
+    /// Checks `[judge]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if self.queue_capacity == 0 {
+            p.add("judge.queue_capacity", "must be > 0");
+        }
+        if self.workers == 0 {
+            p.add("judge.workers", "must be > 0");
+        }
+        p.ratio("judge.faithful_threshold", self.faithful_threshold);
+    }
 }

@@ -1,5 +1,6 @@
 //! What the exported metrics measure on scales the config declares (`[metrics]`).
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The scale of the retriever's scores, which sets the buckets of `ragwatch_retrieval_score`.
@@ -58,4 +59,20 @@ impl MetricsConfig {
 
 fn default_retrieval_score_scale() -> ScoreScale {
     ScoreScale::Unit
+}
+
+impl MetricsConfig {
+    /// Checks `[metrics]`: explicit retriever-score bounds are few, finite and ascending.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if let Some(b) = &self.retrieval_score_buckets {
+            if b.is_empty() || b.len() > 40 {
+                p.add("metrics.retrieval_score_buckets", "needs 1 to 40 bounds");
+            } else if b.iter().any(|x| !x.is_finite()) || b.windows(2).any(|w| w[0] >= w[1]) {
+                p.add(
+                    "metrics.retrieval_score_buckets",
+                    "must be finite and strictly ascending (+Inf is implicit)",
+                );
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Human labels joined to recent traces (`[labels]`).
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
@@ -58,4 +59,27 @@ fn default_label_auroc_window_secs() -> u64 {
 
 fn default_label_auroc_min_per_class() -> u64 {
     20
+}
+
+impl LabelsConfig {
+    /// Checks `[labels]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if self.enabled && self.max_traces == 0 {
+            p.add("labels.max_traces", "must be > 0");
+        }
+        p.ratio("labels.llm_faithful_threshold", self.llm_faithful_threshold);
+        p.ratio("labels.auroc_floor", self.auroc_floor);
+        if self.auroc_window_secs == 0 {
+            p.add("labels.auroc_window_secs", "must be > 0");
+        }
+        if self.topic.is_some() && !self.enabled {
+            p.add("labels.topic", "needs labels.enabled = true");
+        }
+        if self.topic.as_deref() == Some("") {
+            p.add(
+                "labels.topic",
+                "must not be empty (leave it out for no topic)",
+            );
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! What is replaced in a trace's texts before they leave the process (`[redact]`).
 
+use crate::config::{Problems, valid_label};
 use serde::{Deserialize, Serialize};
 
 /// How a redacted match is written.
@@ -55,4 +56,38 @@ fn default_redact_mode() -> RedactMode {
 
 fn default_redact_hash_key_env() -> String {
     "RAGWATCH_REDACT_HASH_KEY".into()
+}
+
+/// The built-in pattern names, in the order the docs list them.
+pub(crate) const BUILTIN_NAMES: [&str; 5] = ["email", "phone", "card", "secret", "ip"];
+
+impl RedactConfig {
+    /// Checks `[redact]`: known built-ins, label-safe unique names, patterns that compile.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        for b in &self.builtins {
+            if !BUILTIN_NAMES.contains(&b.as_str()) {
+                p.add(
+                    "redact.builtins",
+                    format!("unknown pattern {b:?} ({})", BUILTIN_NAMES.join(", ")),
+                );
+            }
+        }
+        let mut seen: Vec<&str> = self.builtins.iter().map(String::as_str).collect();
+        for pat in &self.patterns {
+            let field = format!("redact.patterns.{}", pat.name);
+            if !valid_label(&pat.name) {
+                p.add(
+                    &field,
+                    "name: lowercase letters, digits and _ (a label value)",
+                );
+            }
+            if seen.contains(&pat.name.as_str()) || BUILTIN_NAMES.contains(&pat.name.as_str()) {
+                p.add(&field, "name taken (by a built-in or another pattern)");
+            }
+            seen.push(&pat.name);
+            if let Err(e) = regex::Regex::new(&pat.regex) {
+                p.add(&field, e.to_string());
+            }
+        }
+    }
 }

@@ -284,7 +284,13 @@ pub(crate) fn luhn(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redact::config::RedactPattern;
+    use crate::redact::config::{BUILTIN_NAMES, RedactPattern};
+
+    #[test]
+    fn the_config_knows_every_built_in_pattern_by_name() {
+        let names: Vec<&str> = BUILTINS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, BUILTIN_NAMES);
+    }
 
     fn redactor(builtins: &[&str], mode: RedactMode) -> Redactor {
         let config = RedactConfig {

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Problems, valid_label};
+use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM};
 use crate::window::config::WindowsConfig;
 
 /// Strata declaration and assignment rules.
@@ -102,4 +104,88 @@ fn default_min_per_window() -> u32 {
 
 fn default_uncertain_boost() -> f64 {
     3.0
+}
+
+impl StrataConfig {
+    /// Checks `[strata]`: label-safe, unique names; rules that name a declared stratum and a
+    /// complete condition; out-of-scope strata that are declared.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.declared.iter().enumerate() {
+            let field = format!("strata.declared[{i}]");
+            if !valid_label(s) {
+                p.add(&field, format!("`{s}` must match [a-z0-9_]{{1,64}}"));
+            }
+            if s == OTHER_STRATUM {
+                p.add(&field, "`other` is reserved for undeclared strata");
+            }
+            if !seen.insert(s) {
+                p.add(&field, format!("`{s}` is declared twice"));
+            }
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            let field = format!("strata.rules[{i}]");
+            if !self.declared.contains(&rule.stratum) && rule.stratum != DEFAULT_STRATUM {
+                p.add(
+                    &format!("{field}.stratum"),
+                    format!("`{}` is not declared", rule.stratum),
+                );
+            }
+            if rule.metadata_field.is_none() && rule.query_regex.is_none() {
+                p.add(&field, "needs metadata_field+equals or query_regex");
+            }
+            if rule.metadata_field.is_some() != rule.equals.is_some() {
+                let missing = if rule.equals.is_none() {
+                    "equals"
+                } else {
+                    "metadata_field"
+                };
+                p.add(
+                    &format!("{field}.{missing}"),
+                    "metadata_field and equals go together",
+                );
+            }
+            if let Some(re) = &rule.query_regex
+                && let Err(e) = regex::Regex::new(re)
+            {
+                p.add(&format!("{field}.query_regex"), e.to_string());
+            }
+        }
+        for (i, s) in self.out_of_scope.iter().flatten().enumerate() {
+            if !self.declared.contains(s) {
+                p.add(
+                    &format!("strata.out_of_scope[{i}]"),
+                    format!("`{s}` is not declared"),
+                );
+            }
+        }
+    }
+
+    /// Adds a problem at `field` unless `stratum` is declared, `default` or `other`.
+    pub(crate) fn check_stratum(&self, p: &mut Problems, field: &str, stratum: &str) {
+        if !(self.declared.iter().any(|s| s == stratum)
+            || stratum == DEFAULT_STRATUM
+            || stratum == OTHER_STRATUM)
+        {
+            p.add(field, format!("stratum `{stratum}` is not declared"));
+        }
+    }
+}
+
+impl SampleConfig {
+    /// Checks `[sample]`: rates in [0, 1] for declared strata, the boost and the window.
+    pub(crate) fn validate(&self, strata: &StrataConfig, p: &mut Problems) {
+        p.ratio("sample.default_rate", self.default_rate);
+        for (stratum, rate) in &self.rates {
+            let field = format!("sample.rates.{stratum}");
+            p.ratio(&field, *rate);
+            strata.check_stratum(p, &field, stratum);
+        }
+        if !(self.uncertain_boost >= 1.0 && self.uncertain_boost.is_finite()) {
+            p.add("sample.uncertain_boost", "must be >= 1");
+        }
+        if self.min_window_secs == Some(0) {
+            p.add("sample.min_window_secs", "must be > 0");
+        }
+    }
 }

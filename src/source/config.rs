@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The kind of trace source.
@@ -32,4 +33,16 @@ pub struct SourceConfig {
     /// Start again at the top of the file when it ends.
     #[serde(rename = "loop")]
     pub loop_file: bool,
+}
+
+impl SourceConfig {
+    /// Checks `[source]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if self.rate_per_sec < 0.0 || !self.rate_per_sec.is_finite() {
+            p.add("source.rate_per_sec", "must be >= 0");
+        }
+        if self.kind == Some(SourceKind::File) && self.path.is_none() {
+            p.add("source.path", "names the file to read for kind = \"file\"");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Problems;
 use crate::trace::otlp::config::{Preset, TraceFormat};
 
 /// Limits and field mapping for decoding.
@@ -64,4 +65,25 @@ fn default_max_contexts() -> usize {
 
 fn default_max_field_bytes() -> usize {
     256 * 1024
+}
+
+impl DecodeConfig {
+    /// Checks `[decode]`: nonzero limits; a mapping only for the native format.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        for (field, v) in [
+            ("decode.max_message_bytes", self.max_message_bytes),
+            ("decode.max_field_bytes", self.max_field_bytes),
+            ("decode.max_contexts", self.max_contexts),
+        ] {
+            if v == 0 {
+                p.add(field, "must be > 0");
+            }
+        }
+        if self.format.is_otlp() && self.mapping.is_some() {
+            p.add(
+                "decode.mapping",
+                "applies to the native format only; OTLP spans are read through decode.preset",
+            );
+        }
+    }
 }

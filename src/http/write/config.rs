@@ -9,8 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, Problems};
-use crate::source::config::SourceKind;
+use crate::config::Problems;
 
 /// The write listener.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,35 +160,11 @@ impl WriteConfig {
     }
 }
 
-impl Config {
-    /// Whether the write listener is bound: the OTLP receiver or the labels endpoint is on.
-    pub(crate) fn write_listener_needed(&self) -> bool {
-        self.source.kind == Some(SourceKind::Otlp) || self.labels.enabled
-    }
-
-    /// Checks `[write]`.
-    pub(crate) fn validate_write(&self, p: &mut Problems) {
-        let w = &self.write;
-        if self.write_listener_needed()
-            && let Some(Err(e)) = w
-                .grpc_listen
-                .as_ref()
-                .map(|l| l.parse::<std::net::SocketAddr>())
-        {
-            p.add("write.grpc_listen", e.to_string());
-        }
-        if self.write_listener_needed()
-            && let Err(e) = w.listen.parse::<std::net::SocketAddr>()
-        {
-            p.add("write.listen", e.to_string());
-        }
-        if self.write_listener_needed() && w.listen == self.http.listen && !w.listen.ends_with(":0")
-        {
-            p.add(
-                "write.listen",
-                "must differ from http.listen: writes and metrics are separate listeners",
-            );
-        }
+impl WriteConfig {
+    /// Checks `[write]`'s own keys; the listener addresses are checked with the sections that
+    /// switch the listener on (see `Config::validate_write`).
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        let w = self;
         let t = &w.tls;
         if t.cert_file.is_some() != t.key_file.is_some() {
             p.add("write.tls.key_file", "cert_file and key_file go together");

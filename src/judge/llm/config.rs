@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Problems;
 use crate::config::default_true;
 
 /// How faithfulness is asked of the LLM.
@@ -282,4 +283,75 @@ fn default_records_max_bytes() -> u64 {
 
 fn default_records_keep_files() -> u32 {
     3
+}
+
+impl BudgetConfig {
+    /// Checks `[budget]`: a zero limit is a judge that silently never runs, so it is refused
+    /// with the way to switch the judge off.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        if !(0.0..1.0).contains(&self.reserve_ratio) {
+            p.add("budget.reserve_ratio", "must be in [0, 1)");
+        }
+        for (field, zero) in [
+            ("budget.requests_per_minute", self.requests_per_minute == 0),
+            ("budget.tokens_per_minute", self.tokens_per_minute == 0),
+            ("budget.tokens_per_day", self.tokens_per_day == 0),
+        ] {
+            if zero {
+                p.add(
+                    field,
+                    "must be > 0 (to run no LLM judge, set judge.sampled = \"none\")",
+                );
+            }
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Checks `[llm]`; the endpoint and models must be named when the LLM is the sampled judge.
+    pub(crate) fn validate(&self, sampled_judge: bool, p: &mut Problems) {
+        let llm = self;
+        if sampled_judge {
+            if !(llm.base_url.starts_with("http://") || llm.base_url.starts_with("https://")) {
+                p.add("llm.base_url", "must be an http(s) URL");
+            }
+            if llm.chat_model.trim().is_empty() {
+                p.add("llm.chat_model", "must be named");
+            }
+            if llm.embedding_model.trim().is_empty() {
+                p.add("llm.embedding_model", "must be named");
+            }
+        }
+        if !(1..=10).contains(&llm.relevancy_questions) {
+            p.add("llm.relevancy_questions", "must be in 1..=10");
+        }
+        for (field, zero) in [
+            ("llm.max_attempts", llm.max_attempts == 0),
+            ("llm.max_output_tokens", llm.max_output_tokens == 0),
+            ("llm.trace_deadline_ms", llm.trace_deadline_ms == 0),
+            ("llm.request_timeout_ms", llm.request_timeout_ms == 0),
+            ("llm.canary_interval_secs", llm.canary_interval_secs == 0),
+            ("llm.records_max_bytes", llm.records_max_bytes == 0),
+        ] {
+            if zero {
+                p.add(field, "must be > 0");
+            }
+        }
+        if !(0.0..=2.0).contains(&llm.temperature) {
+            p.add("llm.temperature", "must be in [0, 2]");
+        }
+        for key in llm.headers.keys() {
+            let k = key.to_ascii_lowercase();
+            if k == "authorization" || k == "api-key" || k.contains("secret") || k.contains("token")
+            {
+                p.add(
+                    &format!("llm.headers.{key}"),
+                    format!(
+                        "credentials come from ${} or llm.api_key_file",
+                        llm.api_key_env
+                    ),
+                );
+            }
+        }
+    }
 }

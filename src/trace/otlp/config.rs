@@ -3,8 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, Problems};
-use crate::source::config::SourceKind;
+use crate::config::Problems;
 
 /// How a message's bytes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,49 +157,42 @@ fn default_retry_after_secs() -> u64 {
     1
 }
 
-impl Config {
-    /// Checks the OTLP-related sections.
-    pub(crate) fn validate_otlp(&self, p: &mut Problems) {
-        let a = &self.assembly;
+impl AssemblyConfig {
+    /// Checks `[assembly]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
         for (field, zero) in [
-            ("assembly.idle_timeout_ms", a.idle_timeout_ms == 0),
-            ("assembly.max_pending_traces", a.max_pending_traces == 0),
-            ("assembly.max_pending_bytes", a.max_pending_bytes == 0),
-            ("assembly.max_spans_per_trace", a.max_spans_per_trace == 0),
+            ("assembly.idle_timeout_ms", self.idle_timeout_ms == 0),
+            ("assembly.max_pending_traces", self.max_pending_traces == 0),
+            ("assembly.max_pending_bytes", self.max_pending_bytes == 0),
+            (
+                "assembly.max_spans_per_trace",
+                self.max_spans_per_trace == 0,
+            ),
             (
                 "assembly.max_spans_per_message",
-                a.max_spans_per_message == 0,
+                self.max_spans_per_message == 0,
             ),
-            ("otlp.max_body_bytes", self.otlp.max_body_bytes == 0),
-            ("otlp.queue_capacity", self.otlp.queue_capacity == 0),
         ] {
             if zero {
                 p.add(field, "must be > 0");
             }
         }
-        if a.stratum_attribute.trim().is_empty() {
+        if self.stratum_attribute.trim().is_empty() {
             p.add("assembly.stratum_attribute", "must name an attribute");
         }
-        if self.decode.format.is_otlp() && self.decode.mapping.is_some() {
-            p.add(
-                "decode.mapping",
-                "applies to the native format only; OTLP spans are read through decode.preset",
-            );
-        }
-        if self.source.kind == Some(SourceKind::Otlp) && !self.decode.format.is_otlp() {
-            p.add(
-                "decode.format",
-                "source.kind = \"otlp\" receives OTLP: set otlp_proto or otlp_json, or leave \
-                 it unset (the receiver takes both whichever is set)",
-            );
-        }
-        if self.source.kind == Some(SourceKind::Stdin)
-            && self.decode.format == TraceFormat::OtlpProto
-        {
-            p.add(
-                "decode.format",
-                "otlp_proto is read from files and Kafka; stdin takes otlp_json lines",
-            );
+    }
+}
+
+impl OtlpConfig {
+    /// Checks `[otlp]`.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        for (field, zero) in [
+            ("otlp.max_body_bytes", self.max_body_bytes == 0),
+            ("otlp.queue_capacity", self.queue_capacity == 0),
+        ] {
+            if zero {
+                p.add(field, "must be > 0");
+            }
         }
     }
 }
@@ -210,6 +202,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::config::Config;
 
     #[test]
     fn an_otlp_source_needs_no_format_but_refuses_native() {

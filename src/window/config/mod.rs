@@ -1,5 +1,6 @@
 //! Rolling windows (`[windows]`) and drift rules (`[drift]`: `DriftConfig`).
 
+use crate::config::Problems;
 use serde::{Deserialize, Serialize};
 
 mod drift;
@@ -54,4 +55,40 @@ fn default_evaluate_interval_ms() -> u64 {
 
 fn default_z() -> f64 {
     1.645
+}
+
+impl WindowsConfig {
+    /// Checks `[windows]`: the short and baseline windows are among the kept ones.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        let w = self;
+        if w.window_secs.is_empty() || w.window_secs.contains(&0) {
+            p.add(
+                "windows.window_secs",
+                "needs at least one window, each > 0 s",
+            );
+        }
+        if w.buckets < 2 || w.buckets > 10_000 {
+            p.add("windows.buckets", "must be in 2..=10000");
+        }
+        for (name, secs) in [
+            ("windows.short_secs", w.short_secs),
+            ("windows.baseline_secs", w.baseline_secs),
+        ] {
+            if !w.window_secs.contains(&secs) {
+                p.add(name, format!("{secs} is not in windows.window_secs"));
+            }
+        }
+        if w.short_secs > w.baseline_secs {
+            p.add(
+                "windows.short_secs",
+                "must not be longer than baseline_secs",
+            );
+        }
+        if w.evaluate_interval_ms == 0 {
+            p.add("windows.evaluate_interval_ms", "must be > 0");
+        }
+        if !(w.z.is_finite() && w.z >= 0.0) {
+            p.add("windows.z", "must be finite and >= 0");
+        }
+    }
 }
