@@ -1,5 +1,5 @@
 //! `ragwatch rules`: the shipped Prometheus rules, their promtool unit tests, the PrometheusRule
-//! manifest, the Grafana dashboard and the runbook, written from [`Metric::ALL`] and each metric's
+//! manifest, the Alertmanager route and inhibit rules, the Grafana dashboard and the runbook, written from [`Metric::ALL`] and each metric's
 //! [`MetricSpec`](crate::labels::MetricSpec). What is the same for every metric comes from the
 //! templates in `src/rules/templates/`; what is per metric (recording rules, alerts, their unit
 //! tests, dashboard panels, runbook sections) is generated here, so a new metric brings its own.
@@ -9,6 +9,7 @@
 //! Prometheus generate them with shorter [`Windows`] instead of editing the text.
 
 mod alert;
+mod alertmanager;
 mod dashboard;
 mod manifest;
 mod runbook;
@@ -42,6 +43,11 @@ pub(crate) const MANIFEST_PATH: &str =
 /// Where the Grafana dashboard is written.
 pub(crate) const DASHBOARD_PATH: &str =
     "deploy/kubernetes/components/dashboard/ragwatch-dashboard.json";
+/// Where the example Alertmanager configuration is written.
+pub(crate) const ALERTMANAGER_PATH: &str = "deploy/alertmanager/alertmanager.yml";
+/// Where the same route and inhibit rule are written as a Prometheus Operator AlertmanagerConfig.
+pub(crate) const ALERTMANAGER_CONFIG_PATH: &str =
+    "deploy/kubernetes/components/monitoring/alertmanagerconfig.yaml";
 /// Where the runbook is written.
 pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 
@@ -64,6 +70,14 @@ pub fn generate(windows: &Windows) -> Vec<File> {
         File {
             path: DASHBOARD_PATH,
             text: dashboard::dashboard_json(windows),
+        },
+        File {
+            path: ALERTMANAGER_PATH,
+            text: alertmanager::alertmanager_yml(),
+        },
+        File {
+            path: ALERTMANAGER_CONFIG_PATH,
+            text: alertmanager::alertmanager_config(),
         },
         File {
             path: RUNBOOK_PATH,
