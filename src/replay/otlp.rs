@@ -118,7 +118,7 @@ pub(super) fn frames_of(
         }
         n += 1;
         if got < 4 {
-            return f(&prefix[..got], n, got);
+            return f(&prefix[..got.min(keep)], n, got);
         }
         let len = u32::from_be_bytes(prefix) as usize;
         buf.clear();
@@ -152,6 +152,7 @@ fn read_up_to(reader: &mut dyn BufRead, out: &mut [u8]) -> std::io::Result<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::read_frame_bounded;
     use crate::trace::otlp::build::{request, span, str_attr};
     use prost::Message;
 
@@ -190,6 +191,56 @@ mod tests {
         );
         cut.truncate(7 + 4 + 2);
         assert_eq!(frames(&cut, 100).last().unwrap(), &(vec![0, 0], 3, 2));
+    }
+
+    /// `(message, number, length)` as the file source's `read_frame_bounded` reads `data`
+    /// through a buffer of `capacity` bytes.
+    async fn bounded(data: &[u8], capacity: usize, keep: usize) -> Vec<(Vec<u8>, u64, usize)> {
+        let mut reader = tokio::io::BufReader::with_capacity(capacity, data);
+        let (mut buf, mut n, mut out) = (Vec::new(), 0, Vec::new());
+        while let Some(len) = read_frame_bounded(&mut reader, &mut buf, keep)
+            .await
+            .unwrap()
+        {
+            n += 1;
+            out.push((buf.clone(), n, len));
+        }
+        out
+    }
+
+    /// Replay cuts, numbers and measures length-prefixed messages as `ragwatch run` does: whole,
+    /// empty and over-`keep` messages, a body cut short, a prefix cut short, through reads of any
+    /// size.
+    #[tokio::test]
+    async fn replayed_frames_are_the_file_sources_frames() {
+        let mut whole = Vec::new();
+        for m in [&b"abc"[..], b"", b"0123456789", &[0xff; 40]] {
+            whole.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            whole.extend_from_slice(m);
+        }
+        let mut inputs = vec![Vec::new(), whole.clone()];
+        for cut in 1..whole.len() {
+            inputs.push(whole[..cut].to_vec());
+        }
+        for data in &inputs {
+            for capacity in [1, 3, 4, 5, 64] {
+                for keep in [0, 1, 3, 8, 100] {
+                    let mut reader = std::io::BufReader::with_capacity(capacity, &data[..]);
+                    let mut blocking = Vec::new();
+                    frames_of(&mut reader, keep, &mut Vec::new(), &mut |b, n, len| {
+                        blocking.push((b.to_vec(), n, len));
+                        Ok(())
+                    })
+                    .unwrap();
+                    assert_eq!(
+                        blocking,
+                        bounded(data, capacity, keep).await,
+                        "{} bytes, capacity {capacity}, keep {keep}",
+                        data.len()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

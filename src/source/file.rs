@@ -49,7 +49,9 @@ pub(crate) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 
 /// Reads one length-prefixed message (a big-endian u32, then that many bytes) into `buf`, keeping
 /// at most `max` bytes and discarding the rest. Returns `None` at a clean end of input, else the
-/// message's full length; a message cut short by the end of input is returned as far as it goes.
+/// message's full length. A message cut short by the end of input is returned as far as it goes,
+/// with the length there was, and so is a length prefix cut short (its bytes are the message): the
+/// decoder rejects either as malformed or truncated, never silently.
 pub(crate) async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
@@ -61,7 +63,11 @@ pub(crate) async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
     while got < 4 {
         let n = reader.read(&mut header[got..]).await?;
         if n == 0 {
-            return Ok(if got == 0 { None } else { Some(0) });
+            if got == 0 {
+                return Ok(None);
+            }
+            buf.extend_from_slice(&header[..got.min(max)]);
+            return Ok(Some(got));
         }
         got += n;
     }
@@ -78,7 +84,7 @@ pub(crate) async fn read_frame_bounded<R: AsyncBufRead + Unpin>(
         reader.consume(n);
         left -= n;
     }
-    Ok(Some(len))
+    Ok(Some(len - left))
 }
 
 /// A JSONL (or length-framed OTLP) file, or stdin: `source.kind = "file" | "stdin"`.

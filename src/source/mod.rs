@@ -13,6 +13,8 @@ mod otlp;
 mod otlp_grpc;
 mod spans;
 
+#[cfg(test)]
+pub(crate) use file::read_frame_bounded;
 pub(crate) use file::{FileSource, read_line_bounded};
 pub(crate) use otlp::OtlpReceiver;
 pub use spans::SpanIngest;
