@@ -34,17 +34,18 @@
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
 //! config                               TOML, overrides, validate(); sections in <component>/config.rs
-//! labels, clock                        metric/judge/stratum labels; the wall clock
+//! dimensions, clock                    the bounded label values (metric, judge, stratum); the wall clock
 //! ```
-//! A new judge metric: a variant of [`labels::Metric`] with its row in `Metric::spec` (histogram
+//! A new judge metric: a variant of [`dimensions::Quality`] with its row in `Quality::spec` (histogram
 //! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
 //! rings, histogram, gauges, estimate, verdict records, replay summary and the generic recording
-//! rules follow from `Metric::ALL` (`tests/it/layering.rs` fails if other code names a metric). A new
+//! rules follow from `Quality::ALL` (`tests/it/layering.rs` fails if other code names a metric). A new
 //! source kind: a `source::Source` implementation in its own file, a `SourceKind` variant with its
 //! config section, and one arm in `app.rs`.
 //!
 //! # Modules
-//! - [`labels`]: the bounded label sets (metric, judge, stratum ids).
+//! - [`dimensions`]: the bounded sets Prometheus labels take their values from: quality metric,
+//!   judge, stratum, skip reason. ("Labels" elsewhere are human labels: `[labels]`, `/v1/labels`.)
 //! - `clock`: the wall clock, read in one place.
 //! - [`config`]: composes the sections into one [`config::Config`]: TOML, `RAGWATCH__SECTION__KEY`
 //!   overrides, `validate()` reporting every problem at once. Each section's types, defaults and
@@ -82,13 +83,13 @@ pub mod app;
 pub mod audit;
 pub(crate) mod clock;
 pub mod config;
+pub mod dimensions;
 pub mod eval;
 pub(crate) mod events;
 pub mod fuzzing;
 pub mod gate;
 pub(crate) mod http;
 pub mod judge;
-pub mod labels;
 pub mod metrics;
 pub mod pipeline;
 pub mod recorder;

@@ -279,8 +279,8 @@ impl Config {
         let guaranteed =
             u64::from(self.sample.min_per_window) * self.windows.short_secs / per_window.max(1);
         for stratum in self.strata.declared.iter() {
-            for metric in crate::labels::Metric::ALL {
-                let judge = crate::labels::JudgeKind::Combined;
+            for metric in crate::dimensions::Quality::ALL {
+                let judge = crate::dimensions::JudgeKind::Combined;
                 let rule = self.drift.rule(metric, judge, stratum);
                 if rule.any() && rule.min_samples > guaranteed.max(1) {
                     p.add(
@@ -353,8 +353,8 @@ impl Config {
     /// The drift rule for `metric` as judged by `judge` in `stratum`, with overrides applied.
     pub(crate) fn drift_rule(
         &self,
-        metric: crate::labels::Metric,
-        judge: crate::labels::JudgeKind,
+        metric: crate::dimensions::Quality,
+        judge: crate::dimensions::JudgeKind,
         stratum: &str,
     ) -> crate::window::config::DriftRule {
         self.drift.rule(metric, judge, stratum)

@@ -14,10 +14,10 @@ use tokio::sync::mpsc;
 
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::dimensions::SkipReason;
+use crate::dimensions::StratumId;
 use crate::events;
 use crate::judge::{OfflineJudge, OfflineScore, Verdict};
-use crate::labels::SkipReason;
-use crate::labels::StratumId;
 use crate::recorder::Shared;
 use crate::sample::{Sampler, SamplerDecision};
 use crate::trace::{DecodeError, Decoder, Trace};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Problems, valid_label};
-use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM};
+use crate::dimensions::{DEFAULT_STRATUM, OTHER_STRATUM};
 use crate::window::config::WindowsConfig;
 
 /// Strata declaration and assignment rules.

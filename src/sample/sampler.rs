@@ -7,7 +7,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::labels::StratumId;
+use crate::dimensions::StratumId;
 use crate::sample::config::SampleConfig;
 
 /// Why a trace was or was not sampled.

@@ -451,7 +451,7 @@ fn every_config_key_has_an_entry_in_the_configuration_page() {
 fn declared_families() -> BTreeSet<String> {
     let mut sources = files(&root().join("src/metrics"), ".rs");
     sources.push(root().join("src/metrics.rs"));
-    sources.push(root().join("src/labels.rs"));
+    sources.push(root().join("src/dimensions.rs"));
     let name = regex::Regex::new(r#""(ragwatch_[a-z0-9_]+)""#).unwrap();
     sources
         .iter()

@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Layers from the bottom up; a module may use its own layer and the ones before it.
 const LAYERS: &[&[&str]] = &[
-    &["labels", "clock"],
+    &["dimensions", "clock"],
     &["config"],
     &["trace", "redact"],
     &["eval", "audit"],
@@ -220,21 +220,21 @@ fn no_module_uses_a_module_above_it() {
 
 #[test]
 fn code_after_a_test_module_is_read() {
-    let text = "use crate::labels::Metric;\n#[cfg(test)]\nmod tests {\n    use crate::app::X;\n    fn f() { let s = \"}\"; let c = '}'; let r = r#\"}\"#; }\n}\npub fn g() { crate::source::x(); }\n#[cfg(test)]\nuse crate::http::Y;\nfn h() { crate::clock::now_ms(); }\n";
+    let text = "use crate::dimensions::Quality;\n#[cfg(test)]\nmod tests {\n    use crate::app::X;\n    fn f() { let s = \"}\"; let c = '}'; let r = r#\"}\"#; }\n}\npub fn g() { crate::source::x(); }\n#[cfg(test)]\nuse crate::http::Y;\nfn h() { crate::clock::now_ms(); }\n";
     assert_eq!(
         references(text).into_iter().collect::<Vec<_>>(),
-        vec!["clock", "labels", "source"]
+        vec!["clock", "dimensions", "source"]
     );
 }
 
 #[test]
 fn the_reference_scanner_sees_grouped_imports() {
     let r = references(
-        "use crate::{config::Config, labels::{Metric, JudgeKind}, source::kafka::config::KafkaConfig};\nfn f() { crate::clock::now_ms(); crate::judge::llm::config::LlmConfig::default(); }",
+        "use crate::{config::Config, dimensions::{Quality, JudgeKind}, source::kafka::config::KafkaConfig};\nfn f() { crate::clock::now_ms(); crate::judge::llm::config::LlmConfig::default(); }",
     );
     assert_eq!(
         r.into_iter().collect::<Vec<_>>(),
-        vec!["clock", "config", "labels"]
+        vec!["clock", "config", "dimensions"]
     );
 }
 
@@ -278,13 +278,13 @@ fn the_documented_layers_are_the_checked_ones() {
     );
 }
 
-/// The variants of `labels::Metric` with their label names, read from `src/labels.rs`.
+/// The variants of `dimensions::Quality` with their label names, read from `src/dimensions.rs`.
 fn metrics() -> Vec<(String, String)> {
     let labels =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/labels.rs"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/dimensions.rs"))
             .unwrap();
     let body = labels
-        .split("pub enum Metric {")
+        .split("pub enum Quality {")
         .nth(1)
         .unwrap()
         .split('}')
@@ -312,18 +312,19 @@ fn metrics() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Adding a judge metric touches `labels.rs` (the variant and its row), the judges that score it
+/// Adding a judge metric touches `dimensions.rs` (the variant and its row), the judges that score it
 /// and the docs: no other module's code names a particular metric, except the diagnosis, whose
 /// rule is about particular metrics by design (a new metric need not join it).
 #[test]
-fn only_the_labels_and_the_judges_name_a_particular_metric() {
+fn only_the_dimensions_and_the_judges_name_a_particular_metric() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let metrics = metrics();
     assert!(metrics.len() >= 3, "{metrics:?}");
-    let allowed =
-        |rel: &str| rel == "labels.rs" || rel.starts_with("judge/") || rel == "window/diagnosis.rs";
+    let allowed = |rel: &str| {
+        rel == "dimensions.rs" || rel.starts_with("judge/") || rel == "window/diagnosis.rs"
+    };
     let mut found = Vec::new();
     for file in &files {
         let rel = file
@@ -338,7 +339,7 @@ fn only_the_labels_and_the_judges_name_a_particular_metric() {
         let code = non_test_code(&text);
         for (variant, name) in &metrics {
             for needle in [
-                format!("Metric::{variant}"),
+                format!("Quality::{variant}"),
                 format!("\"{name}\""),
                 format!("ragwatch_{name}_ratio"),
             ] {
@@ -350,7 +351,7 @@ fn only_the_labels_and_the_judges_name_a_particular_metric() {
     }
     assert!(
         found.is_empty(),
-        "code outside labels.rs and the judges names a metric:\n{}",
+        "code outside dimensions.rs and the judges names a metric:\n{}",
         found.join("\n")
     );
 }
