@@ -22,6 +22,7 @@ use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
 use crate::pipeline::{Evaluation, Pipeline};
 use crate::recorder::Shared;
+use crate::trace::Trace;
 
 mod lines;
 mod otlp;
@@ -474,7 +475,7 @@ async fn judge_in_order(
     Ok(())
 }
 
-/// Writes the record of `eval`, whose verdict, when it is the offline judge's, comes with the
+/// Counts `eval` in the summary and writes its record; an offline verdict's record comes with the
 /// judge's scores.
 fn write_record(
     summary: &mut Summary,
@@ -485,141 +486,140 @@ fn write_record(
     judged: &Judged<'_>,
     records: &mut Records<'_>,
 ) -> std::io::Result<()> {
-    let threshold = judged.threshold;
-    let record = match &eval.trace {
-        Err(e) => {
-            *summary.rejected.entry(e.reason.as_str()).or_default() += 1;
-            VerdictRecord {
-                trace_id: None,
-                stratum: None,
-                scores: PerQuality::default(),
-                judge: "offline",
-                status: "rejected",
-                reason: Some(e.reason.as_str()),
-                line,
-                label_faithful: None,
-                details: None,
-            }
-        }
-        Ok(trace) if eval.unjudged.is_some() => {
-            let reason = eval.unjudged;
-            *summary
-                .unjudged
-                .entry(reason.unwrap_or_default())
-                .or_default() += 1;
-            VerdictRecord {
-                trace_id: Some(&trace.trace_id),
-                stratum: Some(shared.stratifier.name(eval.stratum)),
-                scores: PerQuality::default(),
-                judge: "offline",
-                status: "unjudged",
-                reason,
-                line,
-                label_faithful: trace.label_faithful,
-                details: None,
-            }
-        }
-        Ok(trace) if eval.verdict.is_none() => {
-            summary.keep_for_audit(trace, extra.offline.as_ref(), None);
-            let stratum = shared.stratifier.name(eval.stratum);
-            let s = summary.stratum(stratum);
-            s.traces += 1;
-            s.skipped += 1;
-            VerdictRecord {
-                trace_id: Some(&trace.trace_id),
-                stratum: Some(stratum),
-                scores: PerQuality::default(),
-                judge: "llm",
-                status: "skipped",
-                reason: eval.skipped,
-                line,
-                label_faithful: trace.label_faithful,
-                details: None,
-            }
-        }
-        Ok(trace) => {
-            let verdict = eval.verdict.as_ref().expect("checked by the arm above");
-            summary.keep_for_audit(trace, extra.offline.as_ref(), None);
-            summary.keep_for_audit(trace, Some(verdict), extra.reversed);
-            let stratum = shared.stratifier.name(eval.stratum);
-            let retrieval = trace.gold.as_ref().and_then(|gold| {
-                let ranked: Vec<Option<&str>> =
-                    trace.contexts.iter().map(|c| c.id.as_deref()).collect();
-                retrieval_scores(&ranked, gold, &summary.ks)
-            });
-            let s = summary.stratum(stratum);
-            s.traces += 1;
-            s.retrieval.extend(retrieval);
-            let usage = trace.metadata.usage();
-            if let Some(p) = usage.prompt_tokens {
-                s.tokens.push(p + usage.completion_tokens.unwrap_or(0.0));
-            }
-            s.refusals += u64::from(verdict.refusal);
-            for (m, (sum, n)) in s.score_sums.iter_mut() {
-                if let Some(v) = verdict.score(m) {
-                    *sum += v;
-                    *n += 1;
-                }
-            }
-            let file_label = judged
-                .labels
-                .and_then(|l| l.by_trace.get(&trace.trace_id).copied());
-            if file_label.is_some()
-                && let Some(join) = summary.labels.as_mut()
-            {
-                join.seen.insert(trace.trace_id.clone());
-            }
-            let s = summary
-                .strata
-                .get_mut(stratum)
-                .expect("entered above for this trace");
-            match verdict.faithfulness() {
-                Some(f) => {
-                    s.scored += 1;
-                    if let Some(label) = file_label.or(trace.label_faithful) {
-                        s.labelled.push((f, label));
-                        s.confusion.add(f, label, threshold);
-                        let judge_threshold = match verdict.judge {
-                            crate::dimensions::JudgeKind::Llm => judged.llm_threshold,
-                            _ => threshold,
-                        };
-                        let agree = (f >= judge_threshold) == label;
-                        s.agree += u64::from(agree);
-                        if let Some(join) = summary.labels.as_mut().filter(|_| file_label.is_some())
-                        {
-                            let a = join.agreement.entry(verdict.judge.name()).or_default();
-                            a.0 += u64::from(agree);
-                            a.1 += 1;
-                        }
-                    }
-                }
-                None => s.no_claims += 1,
-            }
-            VerdictRecord {
-                trace_id: Some(&trace.trace_id),
-                stratum: Some(stratum),
-                scores: verdict.scores,
-                judge: verdict.judge.name(),
-                status: if verdict.faithfulness().is_some() {
-                    "judged"
-                } else {
-                    "no_claims"
-                },
-                reason: if verdict.refusal {
-                    Some("refusal")
-                } else {
-                    None
-                },
-                line,
-                label_faithful: file_label.or(trace.label_faithful),
-                details: Some(RecordVerdict { verdict, offline }),
-            }
-        }
+    let label = summary.count(shared, eval, extra, judged);
+    records.write(&record_of(shared, (eval, offline), line, label))
+}
+
+/// The record of `eval` at `line`, with the label it was judged against (a label file's, else the
+/// trace's own).
+fn record_of<'a>(
+    shared: &'a Shared,
+    (eval, offline): (&'a Evaluation, Option<&'a OfflineScore>),
+    line: u64,
+    label: Option<bool>,
+) -> VerdictRecord<'a> {
+    let unscored = |trace: Option<&'a Trace>, judge, status, reason| VerdictRecord {
+        trace_id: trace.map(|t| t.trace_id.as_str()),
+        stratum: trace.map(|_| shared.stratifier.name(eval.stratum)),
+        scores: PerQuality::default(),
+        judge,
+        status,
+        reason,
+        line,
+        label_faithful: trace.and_then(|t| t.label_faithful),
+        details: None,
     };
-    records.write(&record)
+    match (&eval.trace, &eval.verdict) {
+        (Err(e), _) => unscored(None, "offline", "rejected", Some(e.reason.as_str())),
+        (Ok(trace), _) if eval.unjudged.is_some() => {
+            unscored(Some(trace), "offline", "unjudged", eval.unjudged)
+        }
+        (Ok(trace), None) => unscored(Some(trace), "llm", "skipped", eval.skipped),
+        (Ok(trace), Some(verdict)) => VerdictRecord {
+            trace_id: Some(&trace.trace_id),
+            stratum: Some(shared.stratifier.name(eval.stratum)),
+            scores: verdict.scores,
+            judge: verdict.judge.name(),
+            status: if verdict.faithfulness().is_some() {
+                "judged"
+            } else {
+                "no_claims"
+            },
+            reason: verdict.refusal.then_some("refusal"),
+            line,
+            label_faithful: label,
+            details: Some(RecordVerdict { verdict, offline }),
+        },
+    }
 }
 
 impl Summary {
+    /// Counts `eval`: its rejection, its unjudged reason, its skip, or its verdict's scores,
+    /// retrieval figures and agreement with its label. Returns the label of a judged trace (a
+    /// label file's, else the trace's own).
+    fn count(
+        &mut self,
+        shared: &Shared,
+        eval: &Evaluation,
+        extra: &Extra,
+        judged: &Judged<'_>,
+    ) -> Option<bool> {
+        let trace = match &eval.trace {
+            Err(e) => {
+                *self.rejected.entry(e.reason.as_str()).or_default() += 1;
+                return None;
+            }
+            Ok(trace) => trace,
+        };
+        if let Some(reason) = eval.unjudged {
+            *self.unjudged.entry(reason).or_default() += 1;
+            return None;
+        }
+        self.keep_for_audit(trace, extra.offline.as_ref(), None);
+        let stratum = shared.stratifier.name(eval.stratum);
+        let Some(verdict) = eval.verdict.as_ref() else {
+            let s = self.stratum(stratum);
+            s.traces += 1;
+            s.skipped += 1;
+            return None;
+        };
+        self.keep_for_audit(trace, Some(verdict), extra.reversed);
+        let retrieval = trace.gold.as_ref().and_then(|gold| {
+            let ranked: Vec<Option<&str>> =
+                trace.contexts.iter().map(|c| c.id.as_deref()).collect();
+            retrieval_scores(&ranked, gold, &self.ks)
+        });
+        let s = self.stratum(stratum);
+        s.traces += 1;
+        s.retrieval.extend(retrieval);
+        let usage = trace.metadata.usage();
+        if let Some(p) = usage.prompt_tokens {
+            s.tokens.push(p + usage.completion_tokens.unwrap_or(0.0));
+        }
+        s.refusals += u64::from(verdict.refusal);
+        for (m, (sum, n)) in s.score_sums.iter_mut() {
+            if let Some(v) = verdict.score(m) {
+                *sum += v;
+                *n += 1;
+            }
+        }
+        let file_label = judged
+            .labels
+            .and_then(|l| l.by_trace.get(&trace.trace_id).copied());
+        if file_label.is_some()
+            && let Some(join) = self.labels.as_mut()
+        {
+            join.seen.insert(trace.trace_id.clone());
+        }
+        let label = file_label.or(trace.label_faithful);
+        let s = self
+            .strata
+            .get_mut(stratum)
+            .expect("entered above for this trace");
+        let Some(f) = verdict.faithfulness() else {
+            s.no_claims += 1;
+            return label;
+        };
+        s.scored += 1;
+        let Some(l) = label else {
+            return label;
+        };
+        s.labelled.push((f, l));
+        s.confusion.add(f, l, judged.threshold);
+        let judge_threshold = match verdict.judge {
+            crate::dimensions::JudgeKind::Llm => judged.llm_threshold,
+            _ => judged.threshold,
+        };
+        let agree = (f >= judge_threshold) == l;
+        s.agree += u64::from(agree);
+        if let Some(join) = self.labels.as_mut().filter(|_| file_label.is_some()) {
+            let a = join.agreement.entry(verdict.judge.name()).or_default();
+            a.0 += u64::from(agree);
+            a.1 += 1;
+        }
+        label
+    }
+
     /// Counts an OTLP replay's messages and dropped spans.
     fn count_otlp(&mut self, messages: u64, dropped: otlp::Dropped) {
         self.lines += messages;
