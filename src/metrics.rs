@@ -753,47 +753,56 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot register the process metrics");
         }
         m.budget_share.set(1.0);
+        m.start_series(strata);
+        m
+    }
+
+    /// Starts every series whose labels are known up front at zero (each judge outcome, token
+    /// direction, reject and skip reason, each stratum's per-judge and per-metric series), so that
+    /// `rate()` and `increase()` see the first event and a dashboard shows 0, not "no data".
+    fn start_series(&self, strata: &[String]) {
         for outcome in JudgeOutcome::ALL {
-            m.judge_requests.with_label_values(&["llm", outcome.name()]);
+            self.judge_requests
+                .with_label_values(&["llm", outcome.name()]);
         }
         for direction in ["prompt", "completion"] {
-            m.judge_tokens.with_label_values(&["llm", direction]);
+            self.judge_tokens.with_label_values(&["llm", direction]);
         }
         for reason in JUDGE_RETRY_REASONS {
-            m.judge_retries.with_label_values(&["llm", reason]);
+            self.judge_retries.with_label_values(&["llm", reason]);
         }
         for reason in RejectReason::ALL {
-            m.traces_rejected.with_label_values(&[reason.as_str()]);
+            self.traces_rejected.with_label_values(&[reason.as_str()]);
         }
         for reason in crate::trace::otlp::SpanDrop::ALL {
-            m.spans_dropped.with_label_values(&[reason.as_str()]);
+            self.spans_dropped.with_label_values(&[reason.as_str()]);
         }
         for trigger in crate::trace::otlp::Trigger::ALL {
-            m.traces_assembled.with_label_values(&[trigger.as_str()]);
+            self.traces_assembled.with_label_values(&[trigger.as_str()]);
         }
         for protocol in OTLP_PROTOCOLS {
             for outcome in OTLP_OUTCOMES {
-                m.otlp_requests.with_label_values(&[protocol, outcome]);
+                self.otlp_requests.with_label_values(&[protocol, outcome]);
             }
         }
         for s in strata {
             let s = s.as_str();
-            m.traces_received.with_label_values(&[s]);
-            m.contexts_retrieved.with_label_values(&[s]);
-            m.traces_sampled.with_label_values(&[s]);
+            self.traces_received.with_label_values(&[s]);
+            self.contexts_retrieved.with_label_values(&[s]);
+            self.traces_sampled.with_label_values(&[s]);
             for reason in UNJUDGED_REASONS {
-                m.traces_unjudged.with_label_values(&[s, reason]);
+                self.traces_unjudged.with_label_values(&[s, reason]);
             }
             for reason in SkipReason::ALL {
-                m.traces_skipped.with_label_values(&[s, reason.as_str()]);
+                self.traces_skipped.with_label_values(&[s, reason.as_str()]);
             }
             for valid in ["true", "false"] {
-                m.citations.with_label_values(&[s, valid]);
+                self.citations.with_label_values(&[s, valid]);
             }
             for j in JudgeKind::RULED {
                 for metric in Quality::ALL {
                     for rule in RuleKind::ALL {
-                        m.drift_active.with_label_values(&[
+                        self.drift_active.with_label_values(&[
                             metric.name(),
                             s,
                             j.name(),
@@ -803,26 +812,25 @@ impl Metrics {
                 }
             }
             for j in JudgeKind::ALL {
-                m.traces_judged.with_label_values(&[s, j.name()]);
-                for (_, h) in m.scores.iter() {
+                self.traces_judged.with_label_values(&[s, j.name()]);
+                for (_, h) in self.scores.iter() {
                     h.with_label_values(&[s, j.name()]);
                 }
                 for stage in crate::window::STAGES {
-                    m.diagnosis.with_label_values(&[s, j.name(), stage]);
+                    self.diagnosis.with_label_values(&[s, j.name(), stage]);
                 }
-                m.no_claims.with_label_values(&[s, j.name()]);
-                m.refusals.with_label_values(&[s, j.name()]);
+                self.no_claims.with_label_values(&[s, j.name()]);
+                self.refusals.with_label_values(&[s, j.name()]);
                 for metric in Quality::ALL {
-                    m.score_squares
+                    self.score_squares
                         .with_label_values(&[metric.name(), s, j.name()]);
                 }
             }
         }
-        m.judge_duration.with_label_values(&["llm"]);
+        self.judge_duration.with_label_values(&["llm"]);
         for s in strata {
-            m.same_family.with_label_values(&[s.as_str()]);
+            self.same_family.with_label_values(&[s.as_str()]);
         }
-        m
     }
 
     /// The length-correlation counters of every (stratum, judge, metric), resolved once: the
