@@ -479,43 +479,7 @@ fn build(
     let has_llm = spans.iter().any(|s| s.kind == Kind::Llm);
     let reranker = last_ending(&|s| s.kind == Kind::Reranker && !s.docs.is_empty());
 
-    let mut usage = Usage::default();
-    for s in spans.iter().filter(|s| s.kind == Kind::Llm) {
-        let add = |a: &mut Option<i64>, b: Option<i64>| {
-            if let Some(b) = b {
-                *a = Some(a.unwrap_or(0).saturating_add(b));
-            }
-        };
-        add(&mut usage.prompt, s.usage.prompt);
-        add(&mut usage.completion, s.usage.completion);
-        add(&mut usage.total, s.usage.total);
-    }
-    let mut metadata = serde_json::Map::new();
-    let mut with_metadata: Vec<usize> = (0..spans.len())
-        .filter(|&i| spans[i].metadata.is_some())
-        .collect();
-    with_metadata.sort_by_key(|&i| rank(i));
-    for i in with_metadata {
-        for (k, v) in spans[i].metadata.take().into_iter().flatten() {
-            metadata.entry(k).or_insert(v);
-        }
-    }
-    if let Some(i) = model_span {
-        metadata.insert("model".into(), Value::from(spans[i].model.take()));
-    }
-    if usage != Usage::default() {
-        let total = usage
-            .total
-            .or_else(|| Some(usage.prompt.unwrap_or(0) + usage.completion.unwrap_or(0)));
-        metadata.insert(
-            "usage".into(),
-            serde_json::json!({
-                "prompt_tokens": usage.prompt,
-                "completion_tokens": usage.completion,
-                "total_tokens": total,
-            }),
-        );
-    }
+    let metadata = merged_metadata(&mut spans, &depth, model_span);
 
     let llm_too_long = spans.iter().any(|s| s.too_long && s.kind == Kind::Llm);
     let mut take = |i: Option<usize>, f: fn(&mut SpanFacts) -> &mut Option<String>| {
@@ -536,34 +500,7 @@ fn build(
         take(chain_out, |s| &mut s.output).or_else(|| take(llm_out, |s| &mut s.completion));
     let stratum = take(stratum_span, |s| &mut s.stratum).or(resource_stratum);
 
-    let mut docs = Vec::new();
-    if let Some(i) = reranker {
-        docs = std::mem::take(&mut spans[i].docs);
-    } else {
-        let mut retrievers: Vec<usize> = (0..spans.len())
-            .filter(|&i| spans[i].kind == Kind::Retriever)
-            .collect();
-        retrievers.sort_by_key(|&i| spans[i].start_ns);
-        for i in retrievers {
-            for d in std::mem::take(&mut spans[i].docs) {
-                let seen = d.id.is_some() && docs.iter().any(|o: &super::preset::Doc| o.id == d.id);
-                if !seen {
-                    docs.push(d);
-                }
-            }
-        }
-    }
-    let any_docs = !docs.is_empty();
-    let contexts: Vec<Context> = docs
-        .into_iter()
-        .filter_map(|d| {
-            Some(Context {
-                text: d.text?,
-                id: d.id,
-                score: d.score,
-            })
-        })
-        .collect();
+    let (contexts, any_docs) = contexts_of(&mut spans, reranker);
 
     let unjudged = if !has_retrieval && !has_llm {
         Some("not_rag")
@@ -615,6 +552,88 @@ fn build(
         Ok(()) => Outcome::Trace(trace),
         Err(e) => Outcome::Rejected(e),
     }
+}
+
+/// The trace's metadata: each span's own, the root-most first to set a key; the model of the
+/// last-ending LLM span (`model_span`); the LLM spans' token usage summed.
+fn merged_metadata(
+    spans: &mut [SpanFacts],
+    depth: &[u32],
+    model_span: Option<usize>,
+) -> serde_json::Map<String, Value> {
+    let mut usage = Usage::default();
+    for s in spans.iter().filter(|s| s.kind == Kind::Llm) {
+        let add = |a: &mut Option<i64>, b: Option<i64>| {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0).saturating_add(b));
+            }
+        };
+        add(&mut usage.prompt, s.usage.prompt);
+        add(&mut usage.completion, s.usage.completion);
+        add(&mut usage.total, s.usage.total);
+    }
+    let mut metadata = serde_json::Map::new();
+    let mut with_metadata: Vec<usize> = (0..spans.len())
+        .filter(|&i| spans[i].metadata.is_some())
+        .collect();
+    with_metadata.sort_by_key(|&i| (depth[i], spans[i].start_ns));
+    for i in with_metadata {
+        for (k, v) in spans[i].metadata.take().into_iter().flatten() {
+            metadata.entry(k).or_insert(v);
+        }
+    }
+    if let Some(i) = model_span {
+        metadata.insert("model".into(), Value::from(spans[i].model.take()));
+    }
+    if usage != Usage::default() {
+        let total = usage
+            .total
+            .or_else(|| Some(usage.prompt.unwrap_or(0) + usage.completion.unwrap_or(0)));
+        metadata.insert(
+            "usage".into(),
+            serde_json::json!({
+                "prompt_tokens": usage.prompt,
+                "completion_tokens": usage.completion,
+                "total_tokens": total,
+            }),
+        );
+    }
+    metadata
+}
+
+/// The contexts: the last-ending reranker's documents when there is one, else every retriever's in
+/// start order, a document id seen before skipped; documents without text are left out. Also
+/// whether there were any documents at all.
+fn contexts_of(spans: &mut [SpanFacts], reranker: Option<usize>) -> (Vec<Context>, bool) {
+    let mut docs = Vec::new();
+    if let Some(i) = reranker {
+        docs = std::mem::take(&mut spans[i].docs);
+    } else {
+        let mut retrievers: Vec<usize> = (0..spans.len())
+            .filter(|&i| spans[i].kind == Kind::Retriever)
+            .collect();
+        retrievers.sort_by_key(|&i| spans[i].start_ns);
+        for i in retrievers {
+            for d in std::mem::take(&mut spans[i].docs) {
+                let seen = d.id.is_some() && docs.iter().any(|o: &super::preset::Doc| o.id == d.id);
+                if !seen {
+                    docs.push(d);
+                }
+            }
+        }
+    }
+    let any_docs = !docs.is_empty();
+    let contexts: Vec<Context> = docs
+        .into_iter()
+        .filter_map(|d| {
+            Some(Context {
+                text: d.text?,
+                id: d.id,
+                score: d.score,
+            })
+        })
+        .collect();
+    (contexts, any_docs)
 }
 
 #[cfg(test)]
