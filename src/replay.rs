@@ -264,20 +264,7 @@ pub async fn replay_with_labels(
         llm_threshold: config.labels.llm_faithful_threshold,
         labels,
     };
-    let total_bytes: u64 = files
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
-        .sum();
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(total_bytes);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {msg} ({elapsed})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let progress = progress_bar(files);
     let keep = config.decode.max_message_bytes.saturating_add(1);
     let otlp = config.decode.format.is_otlp();
     match llm {
@@ -473,6 +460,24 @@ async fn judge_in_order(
         }
     }
     Ok(())
+}
+
+/// A progress bar over the files' bytes when stderr is a terminal.
+fn progress_bar(files: &[PathBuf]) -> Option<indicatif::ProgressBar> {
+    let total_bytes: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+        .sum();
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total_bytes);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {msg} ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    })
 }
 
 /// Counts `eval` in the summary and writes its record; an offline verdict's record comes with the
