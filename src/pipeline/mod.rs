@@ -6,7 +6,7 @@
 
 mod pool;
 
-pub use pool::{PoolJudge, run_pool};
+pub use pool::{PoolJudge, abandon_after_grace, run_pool};
 
 use std::sync::Arc;
 
