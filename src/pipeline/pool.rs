@@ -187,7 +187,11 @@ mod tests {
         // A different answer each, so no verdict comes from the cache.
         let trace = Trace {
             trace_id: format!("t{offset}"),
-            ..Trace::of("When does the museum open?", &[], &format!("It opens at {offset}."))
+            ..Trace::of(
+                "When does the museum open?",
+                &[],
+                &format!("It opens at {offset}."),
+            )
         };
         let offline = OfflineJudge::default().judge(&trace);
         JudgeJob {
@@ -284,7 +288,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shutdown_drains_queued_work_within_the_grace_and_waits_no_longer() {
         let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
-        let toml = format!("[judge]\nsampled = \"llm\"\nworkers = 1\n{}", server.llm_toml());
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\nworkers = 1\n{}",
+            server.llm_toml()
+        );
         let jobs = (0..3).map(|i| job(i, false)).collect();
         let mut drain = Drain::start(&toml, jobs, secs(30)).await;
         let (took, acked) = drain.end().await;
@@ -300,7 +307,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn work_still_running_at_the_grace_is_counted_and_not_acked() {
         let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
-        let toml = format!("[judge]\nsampled = \"llm\"\nworkers = 1\n{}", server.llm_toml());
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\nworkers = 1\n{}",
+            server.llm_toml()
+        );
         let jobs = (0..3).map(|i| job(i, false)).collect();
         let mut drain = Drain::start(&toml, jobs, secs(10)).await;
         let (took, acked) = drain.end().await;

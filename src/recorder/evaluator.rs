@@ -334,9 +334,17 @@ mod tests {
         // A stall: nothing runs from 5 s to 9.5 s. The ticks of 6, 7, 8 and 9 s are one late
         // tick at 9.5 s, and the next is an interval after it (10.5 s), not at 10 s.
         clock.advance_to(9.5).await;
-        assert_eq!(clock.evaluations(), 7, "one evaluation for the stall, not four");
+        assert_eq!(
+            clock.evaluations(),
+            7,
+            "one evaluation for the stall, not four"
+        );
         clock.advance_to(10.4).await;
-        assert_eq!(clock.evaluations(), 7, "the schedule moved with the late tick");
+        assert_eq!(
+            clock.evaluations(),
+            7,
+            "the schedule moved with the late tick"
+        );
         clock.advance_to(10.5).await;
         assert_eq!(clock.evaluations(), 8);
         stop.cancel();
@@ -386,7 +394,11 @@ mod tests {
         clock.advance_to(10.0).await;
         assert_eq!((samples("10s"), floor()), (1, 0), "cleared as they left");
         clock.advance_to(11.0).await;
-        assert_eq!((samples("10s"), samples("1m")), (0, 5), "the long window keeps them");
+        assert_eq!(
+            (samples("10s"), samples("1m")),
+            (0, 5),
+            "the long window keeps them"
+        );
         clock.advance_to(61.0).await;
         assert_eq!(samples("1m"), 0);
         stop.cancel();

@@ -239,7 +239,11 @@ mod tests {
         r.record(0.0, 10_000);
         assert_eq!(r.stats(59_999, 0.0).count, 2);
         let s = r.stats(60_000, 0.0);
-        assert_eq!((s.count, s.mean), (1, Some(0.0)), "the 0-10 s bucket left at 60 s");
+        assert_eq!(
+            (s.count, s.mean),
+            (1, Some(0.0)),
+            "the 0-10 s bucket left at 60 s"
+        );
         assert_eq!(r.stats(69_999, 0.0).count, 1);
         assert_eq!(r.stats(70_000, 0.0).count, 0);
     }

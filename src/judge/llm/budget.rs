@@ -415,7 +415,9 @@ mod tests {
 
     /// Calls of `tokens` admitted in a row now.
     fn admitted<C: Clock + Clone>(b: &Budget<C>, tokens: u64) -> usize {
-        std::iter::from_fn(|| b.try_charge(tokens, false)).take(10_000).count()
+        std::iter::from_fn(|| b.try_charge(tokens, false))
+            .take(10_000)
+            .count()
     }
 
     #[test]
@@ -451,7 +453,11 @@ mod tests {
         clock.advance(DAY / 2);
         assert_eq!(admitted(&b, 100), 5);
         clock.advance(DAY - Duration::from_secs(1));
-        assert_eq!(admitted(&b, 100), 9, "a second short of a day after the last spend");
+        assert_eq!(
+            admitted(&b, 100),
+            9,
+            "a second short of a day after the last spend"
+        );
         clock.advance(Duration::from_secs(1) + 7 * DAY);
         assert_eq!(admitted(&b, 100), 10, "a week idle still holds one day");
     }

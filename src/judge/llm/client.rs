@@ -685,9 +685,17 @@ mod tests {
             matches!(err, LlmError::RateLimited { retry_after: Some(d) } if d == Duration::from_secs(3)),
             "{err:?}"
         );
-        let secs = |s: &[u64]| s.iter().map(|&s| Duration::from_secs(s)).collect::<Vec<_>>();
+        let secs = |s: &[u64]| {
+            s.iter()
+                .map(|&s| Duration::from_secs(s))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(server.arrivals_since(start), secs(&[0, 3, 6, 9]));
-        assert_eq!(start.elapsed(), Duration::from_secs(9), "no sleep into the deadline");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(9),
+            "no sleep into the deadline"
+        );
         assert_eq!(tries.retries, ["rate_limited"; 3]);
         // A server that takes a minute to answer: the deadline, not the hour-long request
         // timeout, ends the call.

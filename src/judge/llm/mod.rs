@@ -869,7 +869,10 @@ mod tests {
 
     fn judge(server: &Loopback, budget: &str) -> LlmJudge {
         let config = Config::from_toml_with_env(
-            &format!("{}max_attempts = 1\n[budget]\n{budget}\n", server.llm_toml()),
+            &format!(
+                "{}max_attempts = 1\n[budget]\n{budget}\n",
+                server.llm_toml()
+            ),
             &HashMap::new(),
         )
         .unwrap();
@@ -899,7 +902,11 @@ mod tests {
             one_a_minute.judge(&trace, true).await,
             Err(LlmError::Budget)
         ));
-        assert_eq!(server.requests(), 1, "the second call of the minute was not sent");
+        assert_eq!(
+            server.requests(),
+            1,
+            "the second call of the minute was not sent"
+        );
     }
 
     #[test]
