@@ -283,37 +283,36 @@ mod tests {
         Duration::from_secs(s)
     }
 
-    /// One worker, three jobs of three calls each, every call answered in 2 s: the queue drains in
-    /// 18 s, well within a 30-s grace, and the pool ends then, not at the grace.
-    #[tokio::test(start_paused = true)]
-    async fn a_shutdown_drains_queued_work_within_the_grace_and_waits_no_longer() {
+    /// One worker and three jobs of three calls each, every call answered in 2 s (6 s a job),
+    /// shut down with `grace`: the drain's length and the offsets acked.
+    async fn three_slow_jobs(grace: Duration) -> (Loopback, Drain, Duration, Vec<i64>) {
         let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
         let toml = format!(
             "[judge]\nsampled = \"llm\"\nworkers = 1\n{}",
             server.llm_toml()
         );
         let jobs = (0..3).map(|i| job(i, false)).collect();
-        let mut drain = Drain::start(&toml, jobs, secs(30)).await;
+        let mut drain = Drain::start(&toml, jobs, grace).await;
         let (took, acked) = drain.end().await;
+        (server, drain, took, acked)
+    }
+
+    /// With a 30-s grace the queue drains in 18 s, and the pool ends then, not at the grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_drains_queued_work_within_the_grace_and_waits_no_longer() {
+        let (server, drain, took, acked) = three_slow_jobs(secs(30)).await;
         assert_eq!(took, secs(18));
         assert_eq!(acked, [0, 1, 2]);
         assert_eq!((drain.judged(), drain.skipped("shutdown")), (3, 0));
         assert_eq!(server.requests(), 9);
     }
 
-    /// The same with a 10-s grace: the first job is judged at 6 s; at 10 s the second is cut off
-    /// mid-call and the third never started. Both are counted as skipped `shutdown` and not acked
-    /// (a restart reads them again), and the drain takes the grace, not a moment more.
+    /// With a 10-s grace the first job is judged at 6 s; at 10 s the second is cut off mid-call
+    /// and the third never started. Both are counted as skipped `shutdown` and not acked (a
+    /// restart reads them again), and the drain takes the grace, not a moment more.
     #[tokio::test(start_paused = true)]
     async fn work_still_running_at_the_grace_is_counted_and_not_acked() {
-        let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
-        let toml = format!(
-            "[judge]\nsampled = \"llm\"\nworkers = 1\n{}",
-            server.llm_toml()
-        );
-        let jobs = (0..3).map(|i| job(i, false)).collect();
-        let mut drain = Drain::start(&toml, jobs, secs(10)).await;
-        let (took, acked) = drain.end().await;
+        let (_server, drain, took, acked) = three_slow_jobs(secs(10)).await;
         assert_eq!(took, secs(10));
         assert_eq!(acked, [0]);
         assert_eq!((drain.judged(), drain.skipped("shutdown")), (1, 2));

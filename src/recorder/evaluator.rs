@@ -303,29 +303,40 @@ mod tests {
         .unwrap()
     }
 
-    fn spawn(
-        config: &Config,
-        shared: &Shared,
-        clock: &PausedClock,
-    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    /// An evaluator of [`config`] on a fresh [`Shared`], started and past its first tick (at once).
+    struct Running {
+        shared: Shared,
+        clock: PausedClock,
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start() -> Running {
+        let config = config();
+        let shared = Shared::new(&config);
+        let clock = PausedClock::new();
         let stop = CancellationToken::new();
         let task = tokio::spawn(evaluate_on_interval(
-            config.clone(),
+            config,
             shared.clone(),
             vec![JudgeKind::Offline],
             stop.clone(),
             clock.reader(),
         ));
-        (stop, task)
+        settle().await;
+        Running {
+            shared,
+            clock,
+            stop,
+            task,
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn ticks_every_interval_a_late_tick_does_not_burst_and_cancel_stops_it() {
-        let config = config();
-        let shared = Shared::new(&config);
-        let clock = PausedClock::new();
-        let (stop, task) = spawn(&config, &shared, &clock);
-        settle().await;
+        let Running {
+            clock, stop, task, ..
+        } = start().await;
         assert_eq!(clock.evaluations(), 1, "the first tick is at once");
         for s in 1..=5u32 {
             clock.advance_to(f64::from(s)).await;
@@ -357,10 +368,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_floor_raises_at_min_samples_and_clears_when_the_window_slides_past_them() {
-        let config = config();
-        let shared = Shared::new(&config);
-        let clock = PausedClock::new();
-        let (stop, task) = spawn(&config, &shared, &clock);
+        let Running {
+            shared,
+            clock,
+            stop,
+            task,
+        } = start().await;
         let m = Arc::clone(&shared.metrics);
         let stratum = shared.stratifier.name(0).to_owned();
         let floor = || {

@@ -425,21 +425,18 @@ mod tests {
         let clock = FakeRelativeClock::default();
         let tokens = Budget::with_clock(&config(1000, 600, 1_000_000), clock.clone());
         let requests = Budget::with_clock(&config(6, 1_000_000, 1_000_000), clock.clone());
-        assert_eq!((admitted(&tokens, 100), admitted(&requests, 1)), (6, 6));
+        let both = || (admitted(&tokens, 100), admitted(&requests, 1));
+        assert_eq!(both(), (6, 6));
         clock.advance(Duration::from_secs(59));
         assert_eq!(
-            (admitted(&tokens, 100), admitted(&requests, 1)),
+            both(),
             (5, 5),
             "59 s give back 590 tokens and five requests"
         );
         clock.advance(Duration::from_secs(60));
-        assert_eq!((admitted(&tokens, 100), admitted(&requests, 1)), (6, 6));
+        assert_eq!(both(), (6, 6));
         clock.advance(Duration::from_secs(600));
-        assert_eq!(
-            (admitted(&tokens, 100), admitted(&requests, 1)),
-            (6, 6),
-            "ten idle minutes still hold one minute"
-        );
+        assert_eq!(both(), (6, 6), "ten idle minutes still hold one minute");
     }
 
     /// The day's tokens are a bucket refilled over 24 hours, not a calendar day reset at midnight:
