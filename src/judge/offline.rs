@@ -20,7 +20,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::text::{HashSet64, Sentences, Token, Tokenizer, bigram, trigram};
-use super::{Citations, JudgeKind, Metric, PerMetric, Verdict, clean_score};
+use super::{Citations, JudgeKind, PerQuality, Quality, Verdict, clean_score};
 use crate::trace::Trace;
 
 /// The committed model, produced by `ragwatch train-offline`.
@@ -164,11 +164,11 @@ impl OfflineScore {
     pub fn verdict_without_details(&self) -> Verdict {
         Verdict {
             judge: JudgeKind::Offline,
-            scores: PerMetric::default()
-                .with(Metric::Faithfulness, self.faithfulness)
-                .with(Metric::AnswerRelevancy, self.answer_relevancy)
+            scores: PerQuality::default()
+                .with(Quality::Faithfulness, self.faithfulness)
+                .with(Quality::AnswerRelevancy, self.answer_relevancy)
                 .with(
-                    Metric::ContextRelevance,
+                    Quality::ContextRelevance,
                     self.extraction.context_relevance.and_then(clean_score),
                 ),
             refusal: self.refusal,
@@ -1101,8 +1101,8 @@ mod tests {
         let (g, b) = (good.faithfulness().unwrap(), bad.faithfulness().unwrap());
         assert!(g > b + 0.2, "good {g} bad {b}");
         assert!(
-            good.score(Metric::AnswerRelevancy).unwrap()
-                > bad.score(Metric::AnswerRelevancy).unwrap()
+            good.score(Quality::AnswerRelevancy).unwrap()
+                > bad.score(Quality::AnswerRelevancy).unwrap()
         );
     }
 
@@ -1127,7 +1127,7 @@ mod tests {
         ));
         assert!(v.refusal);
         assert_eq!(v.faithfulness(), None);
-        assert_eq!(v.score(Metric::AnswerRelevancy), Some(0.0));
+        assert_eq!(v.score(Quality::AnswerRelevancy), Some(0.0));
     }
 
     #[test]
