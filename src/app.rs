@@ -23,7 +23,7 @@ use crate::http::{self, AdminState};
 use crate::judge::config::SampledJudge;
 use crate::judge::llm::LlmJudge;
 use crate::judge::{JudgeKind, OfflineJudge};
-use crate::pipeline::{Pipeline, PoolJudge, run_pool};
+use crate::pipeline::{Pipeline, PoolJudge, abandon_after_grace, run_pool};
 use crate::recorder::Shared;
 use crate::source::config::SourceKind;
 use crate::source::{FileSource, Ingest, OtlpReceiver, Source, SourceError, SpanIngest};
@@ -138,14 +138,7 @@ pub async fn run(
     // The drain is bounded from the moment `stop` fires: after the grace period the pool abandons
     // what is left, which also ends the Kafka source's wait for acks.
     let grace = Duration::from_secs(config.shutdown.grace_secs);
-    let abandon_timer = {
-        let (stop, abandon) = (stop.clone(), abandon.clone());
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            tokio::time::sleep(grace).await;
-            abandon.cancel();
-        })
-    };
+    let abandon_timer = abandon_after_grace(stop.clone(), grace, abandon.clone());
 
     let labels_stop = stop.child_token();
     let label_source = spawn_label_source(&config, &env, &shared, &labels_stop);

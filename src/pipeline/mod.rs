@@ -6,7 +6,7 @@
 
 mod pool;
 
-pub(crate) use pool::{PoolJudge, run_pool};
+pub(crate) use pool::{PoolJudge, abandon_after_grace, run_pool};
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! `shutdown` and not acked, so their offsets stay uncommitted and they are redelivered.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -144,6 +144,20 @@ pub(crate) async fn run_pool(
     tracker.wait().await;
 }
 
+/// Cancels `abandon` once `grace` has passed since `stop` fired: the bound on the drain of
+/// [`run_pool`]. Abort the handle when the pool has ended before.
+pub(crate) fn abandon_after_grace(
+    stop: CancellationToken,
+    grace: Duration,
+    abandon: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        tokio::time::sleep(grace).await;
+        abandon.cancel();
+    })
+}
+
 fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
     let s = shared.stratifier.name(job.stratum);
     events::trace_skipped(
@@ -156,27 +170,28 @@ fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
 
 #[cfg(test)]
 mod tests {
-    //! The drain and the grace period, in process on tokio's paused clock: a judge server that
-    //! accepts connections and never answers, so only the grace deadline ends the drain.
+    //! The drain and the grace period, in process on tokio's paused clock, against judge servers
+    //! on loopback in the test's runtime: one that answers after a delay, one that accepts
+    //! connections and never answers (so only the grace deadline ends the drain).
 
     use std::collections::HashMap;
-    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::*;
     use crate::config::Config;
+    use crate::judge::llm::loopback::{Loopback, Reply};
     use crate::trace::Trace;
 
-    fn job(id: &str, offset: i64) -> JudgeJob {
+    fn job(offset: i64, priority: bool) -> JudgeJob {
+        // A different answer each, so no verdict comes from the cache.
         let trace = Trace {
-            trace_id: id.into(),
-            timestamp_ms: None,
-            query: "When does the museum open?".into(),
-            contexts: Vec::new(),
-            answer: "It opens at 9.".into(),
-            stratum: None,
-            metadata: Default::default(),
-            label_faithful: None,
-            gold: None,
+            trace_id: format!("t{offset}"),
+            ..Trace::of(
+                "When does the museum open?",
+                &[],
+                &format!("It opens at {offset}."),
+            )
         };
         let offline = OfflineJudge::default().judge(&trace);
         JudgeJob {
@@ -188,9 +203,119 @@ mod tests {
                 partition: 0,
                 offset,
             }),
-            priority: false,
+            priority,
             probability: 1.0,
         }
+    }
+
+    /// A pool of `config`'s LLM judge with `jobs` queued, shut down as `app` does: the source
+    /// stops (the queue closes) and the grace timer starts, both at once.
+    struct Drain {
+        shared: Shared,
+        acks: mpsc::UnboundedReceiver<Position>,
+        pool: tokio::task::JoinHandle<()>,
+        timer: tokio::task::JoinHandle<()>,
+        started: Instant,
+    }
+
+    impl Drain {
+        async fn start(toml: &str, jobs: Vec<JudgeJob>, grace: Duration) -> Drain {
+            let config = Config::from_toml_with_env(toml, &HashMap::new()).unwrap();
+            let shared = Shared::new(&config);
+            let judge =
+                LlmJudge::try_new(&config, &HashMap::new(), shared.metrics.clone()).unwrap();
+            let (jobs_tx, jobs_rx) = mpsc::channel(16);
+            let (ack_tx, acks) = mpsc::unbounded_channel();
+            for j in jobs {
+                shared.metrics.judge_queue_depth.inc();
+                jobs_tx.send(j).await.unwrap();
+            }
+            let (stop, abandon) = (CancellationToken::new(), CancellationToken::new());
+            let started = Instant::now();
+            let pool = tokio::spawn(run_pool(
+                PoolJudge::Llm(Arc::new(judge)),
+                config.judge.workers,
+                jobs_rx,
+                Some(ack_tx),
+                shared.clone(),
+                abandon.clone(),
+            ));
+            let timer = abandon_after_grace(stop.clone(), grace, abandon);
+            drop(jobs_tx);
+            stop.cancel();
+            Drain {
+                shared,
+                acks,
+                pool,
+                timer,
+                started,
+            }
+        }
+
+        /// Waits for the pool to end; returns how long the drain took and the offsets acked.
+        async fn end(&mut self) -> (Duration, Vec<i64>) {
+            (&mut self.pool).await.unwrap();
+            let took = self.started.elapsed();
+            self.timer.abort();
+            let mut acked = Vec::new();
+            while let Ok(p) = self.acks.try_recv() {
+                acked.push(p.offset);
+            }
+            acked.sort_unstable();
+            assert_eq!(self.shared.metrics.judge_queue_depth.get(), 0);
+            (took, acked)
+        }
+
+        fn skipped(&self, reason: &str) -> u64 {
+            let m = &self.shared.metrics;
+            let s = self.shared.stratifier.name(0);
+            m.traces_skipped.with_label_values(&[s, reason]).get()
+        }
+
+        fn judged(&self) -> u64 {
+            let m = &self.shared.metrics;
+            let s = self.shared.stratifier.name(0);
+            m.traces_judged.with_label_values(&[s, "llm"]).get()
+        }
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// One worker and three jobs of three calls each, every call answered in 2 s (6 s a job),
+    /// shut down with `grace`: the drain's length and the offsets acked.
+    async fn three_slow_jobs(grace: Duration) -> (Loopback, Drain, Duration, Vec<i64>) {
+        let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\nworkers = 1\n{}",
+            server.llm_toml()
+        );
+        let jobs = (0..3).map(|i| job(i, false)).collect();
+        let mut drain = Drain::start(&toml, jobs, grace).await;
+        let (took, acked) = drain.end().await;
+        (server, drain, took, acked)
+    }
+
+    /// With a 30-s grace the queue drains in 18 s, and the pool ends then, not at the grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_drains_queued_work_within_the_grace_and_waits_no_longer() {
+        let (server, drain, took, acked) = three_slow_jobs(secs(30)).await;
+        assert_eq!(took, secs(18));
+        assert_eq!(acked, [0, 1, 2]);
+        assert_eq!((drain.judged(), drain.skipped("shutdown")), (3, 0));
+        assert_eq!(server.requests(), 9);
+    }
+
+    /// With a 10-s grace the first job is judged at 6 s; at 10 s the second is cut off mid-call
+    /// and the third never started. Both are counted as skipped `shutdown` and not acked (a
+    /// restart reads them again), and the drain takes the grace, not a moment more.
+    #[tokio::test(start_paused = true)]
+    async fn work_still_running_at_the_grace_is_counted_and_not_acked() {
+        let (_server, drain, took, acked) = three_slow_jobs(secs(10)).await;
+        assert_eq!(took, secs(10));
+        assert_eq!(acked, [0]);
+        assert_eq!((drain.judged(), drain.skipped("shutdown")), (1, 2));
     }
 
     /// Two workers and three jobs against a server that never answers (request timeout an hour):
@@ -206,52 +331,50 @@ mod tests {
                 held.push(conn);
             }
         });
-        let config = Config::from_toml_with_env(
-            &format!(
-                "[judge]\nsampled = \"llm\"\nworkers = 2\n[llm]\nbase_url = \"http://{addr}/v1\"\n\
-                 structured_output = \"json_schema\"\nrequest_timeout_ms = 3600000\n\
-                 trace_deadline_ms = 3600000\nmax_attempts = 1\n"
-            ),
-            &HashMap::new(),
-        )
-        .unwrap();
-        let shared = Shared::new(&config);
-        let judge = LlmJudge::try_new(&config, &HashMap::new(), shared.metrics.clone()).unwrap();
-        let (jobs_tx, jobs_rx) = mpsc::channel(8);
-        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel();
-        for (i, id) in ["a", "b", "c"].iter().enumerate() {
-            shared.metrics.judge_queue_depth.inc();
-            jobs_tx.send(job(id, i as i64)).await.unwrap();
-        }
-        let abandon = CancellationToken::new();
-        let grace = Duration::from_secs(30);
-        let started = tokio::time::Instant::now();
-        let pool = tokio::spawn(run_pool(
-            PoolJudge::Llm(Arc::new(judge)),
-            2,
-            jobs_rx,
-            Some(ack_tx),
-            shared.clone(),
-            abandon.clone(),
-        ));
-        // Shutdown: the source stops (the queue closes) and the grace timer starts, as app does.
-        drop(jobs_tx);
-        tokio::time::sleep(grace).await;
-        abandon.cancel();
-        pool.await.unwrap();
-        let waited = started.elapsed();
-        assert!(
-            waited >= grace && waited < grace + Duration::from_secs(1),
-            "{waited:?}"
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\nworkers = 2\n[llm]\nbase_url = \"http://{addr}/v1\"\n\
+             structured_output = \"json_schema\"\nrequest_timeout_ms = 3600000\n\
+             trace_deadline_ms = 3600000\nmax_attempts = 1\n"
         );
-        let skipped = shared
-            .metrics
-            .traces_skipped
-            .with_label_values(&[shared.stratifier.name(0), "shutdown"])
-            .get();
-        assert_eq!(skipped, 3, "two in flight and one queued, all skipped");
-        assert!(ack_rx.try_recv().is_err(), "nothing acked");
-        assert_eq!(shared.metrics.judge_queue_depth.get(), 0);
+        let jobs = (0..3).map(|i| job(i, false)).collect();
+        let mut drain = Drain::start(&toml, jobs, secs(30)).await;
+        let (took, acked) = drain.end().await;
+        assert_eq!(took, secs(30));
+        assert_eq!(
+            drain.skipped("shutdown"),
+            3,
+            "two in flight and one queued, all skipped"
+        );
+        assert!(acked.is_empty(), "nothing acked");
         hold.abort();
+    }
+
+    /// A budget that covers no call: every job is refused before anything is sent, counted by
+    /// reason (a stratum's guaranteed sample as `budget_reserve`) and as a `budget_exhausted`
+    /// judge outcome, and acked: a refused trace is accounted for.
+    #[tokio::test(start_paused = true)]
+    async fn budget_refusals_are_counted_by_reason_and_nothing_is_sent() {
+        let server = Loopback::start(Reply::Verdict { delay: secs(2) }).await;
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\n{}[budget]\ntokens_per_minute = 10\n",
+            server.llm_toml()
+        );
+        let jobs = (0..5).map(|i| job(i, i >= 3)).collect();
+        let mut drain = Drain::start(&toml, jobs, secs(30)).await;
+        let (took, acked) = drain.end().await;
+        assert_eq!(took, Duration::ZERO);
+        assert_eq!(acked, [0, 1, 2, 3, 4]);
+        assert_eq!(
+            (drain.skipped("budget"), drain.skipped("budget_reserve")),
+            (3, 2)
+        );
+        let refused = drain
+            .shared
+            .metrics
+            .judge_requests
+            .with_label_values(&["llm", "budget_exhausted"])
+            .get();
+        assert_eq!(refused, 5);
+        assert_eq!((server.requests(), drain.judged()), (0, 0));
     }
 }

@@ -163,6 +163,19 @@ pub(crate) async fn run_evaluator(
     judges: Vec<JudgeKind>,
     stop: CancellationToken,
 ) {
+    evaluate_on_interval(config, shared, judges, stop, now_ms).await;
+}
+
+/// [`run_evaluator`] with the windows' time read from `now_ms`: the wall clock in production, a
+/// clock that follows tokio's paused time in the tests. A tick that comes late (a busy runtime, a
+/// stalled mutex) is not made up for with a burst: the next one is an interval after it.
+async fn evaluate_on_interval(
+    config: Config,
+    shared: Shared,
+    judges: Vec<JudgeKind>,
+    stop: CancellationToken,
+    now_ms: impl Fn() -> u64,
+) {
     export_thresholds(&config, &shared);
     let mut tick =
         tokio::time::interval(Duration::from_millis(config.windows.evaluate_interval_ms));
@@ -210,5 +223,198 @@ fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
             );
         }
         flag.set(i64::from(below));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The evaluator on tokio's paused clock: the windows' time follows it (a fixed wall-clock
+    //! start plus the paused time elapsed), so every tick, late tick and window slide is exact.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::judge::Verdict;
+    use crate::trace::Trace;
+
+    /// Wall-clock ms at the test's start, on a bucket boundary.
+    const START_MS: u64 = 1_700_000_000_000;
+
+    /// A wall clock that moves with tokio's paused time and counts its reads: the evaluator reads
+    /// it once per evaluation.
+    #[derive(Clone)]
+    struct PausedClock {
+        start: Instant,
+        reads: Arc<AtomicU64>,
+    }
+
+    impl PausedClock {
+        fn new() -> Self {
+            Self {
+                start: Instant::now(),
+                reads: Arc::default(),
+            }
+        }
+
+        fn now_ms(&self) -> u64 {
+            START_MS + self.start.elapsed().as_millis() as u64
+        }
+
+        /// The evaluator's clock.
+        fn reader(&self) -> impl Fn() -> u64 + use<> {
+            let clock = self.clone();
+            move || {
+                clock.reads.fetch_add(1, Ordering::SeqCst);
+                clock.now_ms()
+            }
+        }
+
+        fn evaluations(&self) -> u64 {
+            self.reads.load(Ordering::SeqCst)
+        }
+
+        /// Moves paused time to `secs` after the start in one step (timers due meanwhile fire once,
+        /// late), then lets the woken tasks run.
+        async fn advance_to(&self, secs: f64) {
+            let target = self.start + Duration::from_secs_f64(secs);
+            tokio::time::advance(target - Instant::now()).await;
+            settle().await;
+        }
+    }
+
+    async fn settle() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Windows of 10 s and 1 min in 1-s buckets, evaluated every second; a floor of 0.5 on the
+    /// offline judge's faithfulness from 5 samples.
+    fn config() -> Config {
+        Config::from_toml_with_env(
+            "[windows]\nwindow_secs = [10, 60]\nbuckets = 10\nshort_secs = 10\nbaseline_secs = 60\n\
+             evaluate_interval_ms = 1000\n\
+             [drift.rules.faithfulness.offline]\nfloor = 0.5\nmin_samples = 5\n",
+            &Default::default(),
+        )
+        .unwrap()
+    }
+
+    /// An evaluator of [`config`] on a fresh [`Shared`], started and past its first tick (at once).
+    struct Running {
+        shared: Shared,
+        clock: PausedClock,
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start() -> Running {
+        let config = config();
+        let shared = Shared::new(&config);
+        let clock = PausedClock::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(evaluate_on_interval(
+            config,
+            shared.clone(),
+            vec![JudgeKind::Offline],
+            stop.clone(),
+            clock.reader(),
+        ));
+        settle().await;
+        Running {
+            shared,
+            clock,
+            stop,
+            task,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ticks_every_interval_a_late_tick_does_not_burst_and_cancel_stops_it() {
+        let Running {
+            clock, stop, task, ..
+        } = start().await;
+        assert_eq!(clock.evaluations(), 1, "the first tick is at once");
+        for s in 1..=5u32 {
+            clock.advance_to(f64::from(s)).await;
+            assert_eq!(clock.evaluations(), 1 + u64::from(s), "at {s} s");
+        }
+        // A stall: nothing runs from 5 s to 9.5 s. The ticks of 6, 7, 8 and 9 s are one late
+        // tick at 9.5 s, and the next is an interval after it (10.5 s), not at 10 s.
+        clock.advance_to(9.5).await;
+        assert_eq!(
+            clock.evaluations(),
+            7,
+            "one evaluation for the stall, not four"
+        );
+        clock.advance_to(10.4).await;
+        assert_eq!(
+            clock.evaluations(),
+            7,
+            "the schedule moved with the late tick"
+        );
+        clock.advance_to(10.5).await;
+        assert_eq!(clock.evaluations(), 8);
+        stop.cancel();
+        settle().await;
+        assert!(task.is_finished(), "cancelled, it stops at once");
+        task.await.unwrap();
+        clock.advance_to(60.0).await;
+        assert_eq!(clock.evaluations(), 8, "no evaluation after the stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_floor_raises_at_min_samples_and_clears_when_the_window_slides_past_them() {
+        let Running {
+            shared,
+            clock,
+            stop,
+            task,
+        } = start().await;
+        let m = Arc::clone(&shared.metrics);
+        let stratum = shared.stratifier.name(0).to_owned();
+        let floor = || {
+            m.drift_active
+                .with_label_values(&["faithfulness", &stratum, "offline", "floor"])
+                .get()
+        };
+        let samples = |window: &str| {
+            m.window_samples
+                .with_label_values(&["faithfulness", &stratum, "offline", window])
+                .get()
+        };
+        let bad = Verdict::with_faithfulness(JudgeKind::Offline, 0.0);
+        let trace = Trace::of("q", &[], "a");
+        clock.advance_to(0.5).await;
+        for _ in 0..4 {
+            shared.record(0, &bad, &trace, clock.now_ms());
+        }
+        clock.advance_to(1.0).await;
+        assert_eq!((samples("10s"), floor()), (4, 0), "4 of 5 samples: quiet");
+        clock.advance_to(1.2).await;
+        shared.record(0, &bad, &trace, clock.now_ms());
+        assert_eq!(floor(), 0, "raised by an evaluation, not by the record");
+        clock.advance_to(2.0).await;
+        assert_eq!((samples("10s"), floor()), (5, 1), "the fifth bad verdict");
+        for s in 3..=9 {
+            clock.advance_to(f64::from(s)).await;
+            assert_eq!(floor(), 1, "still in the window at {s} s");
+        }
+        // At 10 s the bucket of 0-1 s (four of the five) leaves the 10-s window.
+        clock.advance_to(10.0).await;
+        assert_eq!((samples("10s"), floor()), (1, 0), "cleared as they left");
+        clock.advance_to(11.0).await;
+        assert_eq!(
+            (samples("10s"), samples("1m")),
+            (0, 5),
+            "the long window keeps them"
+        );
+        clock.advance_to(61.0).await;
+        assert_eq!(samples("1m"), 0);
+        stop.cancel();
+        task.await.unwrap();
     }
 }

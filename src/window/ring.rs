@@ -3,6 +3,10 @@
 //!
 //! A window of W ms with B buckets covers between W - W/B and W of history: the current bucket is
 //! partly filled. That resolution is the price of O(B) memory whatever the traffic.
+//!
+//! A clock that steps back by less than a window loses nothing: the buckets ahead of it are left
+//! out of the sums until it catches up. One that steps back further reuses those buckets for the
+//! new times, so what they held is dropped, never mixed in.
 
 /// What a bucket accumulates: a value that sums exactly across buckets.
 pub trait Accumulate: Default + Clone + std::fmt::Debug {
@@ -227,7 +231,85 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_score_counts_until_its_bucket_leaves_the_window() {
+        // 60 s in six buckets of 10 s: a bucket leaves when the one six places on opens.
+        let mut r = Ring::new(60_000, 6);
+        r.record(1.0, 9_999);
+        r.record(0.0, 10_000);
+        assert_eq!(r.stats(59_999, 0.0).count, 2);
+        let s = r.stats(60_000, 0.0);
+        assert_eq!(
+            (s.count, s.mean),
+            (1, Some(0.0)),
+            "the 0-10 s bucket left at 60 s"
+        );
+        assert_eq!(r.stats(69_999, 0.0).count, 1);
+        assert_eq!(r.stats(70_000, 0.0).count, 0);
+    }
+
+    #[test]
+    fn a_gap_longer_than_the_window_clears_everything() {
+        let mut r = Ring::new(10_000, 10);
+        for t in (0..10_000).step_by(500) {
+            r.record(1.0, 50_000 + t);
+        }
+        assert_eq!(r.stats(59_999, 0.0).count, 20);
+        assert_eq!(r.stats(70_000, 0.0).count, 0, "a window later");
+        // Whole laps later every slot is reused: only what comes after the gap counts.
+        for gap in [10_000, 30_000, 1_000_000] {
+            let t = 59_500 + gap;
+            let mut r = r.clone();
+            assert_eq!(r.stats(t, 0.0).count, 0, "gap {gap}");
+            r.record(0.25, t);
+            let s = r.stats(t, 0.0);
+            assert_eq!((s.count, s.mean), (1, Some(0.25)), "gap {gap}");
+        }
+    }
+
+    #[test]
+    fn a_clock_stepped_back_past_the_window_mixes_nothing_in() {
+        let mut r = Ring::new(10_000, 10);
+        for _ in 0..3 {
+            r.record(1.0, 100_000);
+        }
+        // Stepped back 50 s: the scores "ahead" are not in this window, and the slot they share
+        // with 50 s is reused for it.
+        assert_eq!(r.stats(50_000, 0.0).count, 0);
+        r.record(0.0, 50_000);
+        let s = r.stats(50_000, 0.0);
+        assert_eq!((s.count, s.mean), (1, Some(0.0)));
+        assert_eq!(r.stats(100_000, 0.0).count, 0, "dropped, not mixed in");
+        assert_eq!(r.stats(0, 0.0).count, 0, "no underflow at the epoch");
+    }
+
     proptest! {
+        /// Scores recorded out of order, as threads that read the clock before taking the lock
+        /// do, or after a small step back of the wall clock: within a window's span of times the
+        /// ring matches a naive window at any moment, before, during or after them.
+        #[test]
+        fn out_of_order_times_within_a_window_are_kept_exactly(
+            events in proptest::collection::vec((0u64..9_000, 0.0f64..=1.0), 0..100),
+            start in 0u64..1_000_000,
+            now in 0u64..40_000,
+        ) {
+            let mut r = Ring::new(10_000, 10);
+            for (t, v) in &events { r.record(*v, start + t); }
+            let now = (start + now).saturating_sub(10_000);
+            let epoch = now / 1000;
+            let oldest = epoch.saturating_sub(9);
+            let inside: Vec<f64> = events.iter()
+                .filter(|(t, _)| (oldest..=epoch).contains(&((start + t) / 1000)))
+                .map(|e| e.1)
+                .collect();
+            let s = r.stats(now, 0.0);
+            prop_assert_eq!(s.count, inside.len() as u64);
+            if !inside.is_empty() {
+                let mean = inside.iter().sum::<f64>() / inside.len() as f64;
+                prop_assert!((s.mean.unwrap() - mean).abs() < 1e-9);
+            }
+        }
+
         #[test]
         fn matches_a_naive_window(events in proptest::collection::vec((0u64..100_000, 0.0f64..=1.0), 0..200), now in 0u64..120_000) {
             let mut sorted = events.clone();

@@ -1574,6 +1574,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         let (labelling, addr) = (Arc::clone(&labelling), rw.write_addr());
         std::thread::spawn(move || {
             while labelling.load(Ordering::Relaxed) {
+                // A reviewer's pace: labels keep arriving while the test watches.
                 std::thread::sleep(Duration::from_secs(1));
                 let _ = std::panic::catch_unwind(|| http_post(addr, "/v1/labels", &labels));
             }

@@ -197,6 +197,7 @@ fn settle(replicas: &[Replica], produced: &BTreeMap<String, f64>, prom: u16) -> 
                     return None;
                 }
             }
+            // Quiet means unchanged over 300 ms: the pause is the stability check itself.
             std::thread::sleep(Duration::from_millis(300));
             (signature(&first) == signature(&fleet_samples(replicas))).then_some(before)
         },
@@ -258,6 +259,7 @@ fn wait_assigned(replicas: &[Replica]) {
             let stable = ok && last.as_ref() == Some(&h);
             last = ok.then_some(h);
             if !stable {
+                // Stable means the same over two looks about a second apart.
                 std::thread::sleep(Duration::from_millis(900));
             }
             stable.then_some(())

@@ -437,16 +437,17 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     let rules = test_rules();
     std::fs::write(dir.path().join("rules.yaml"), &rules).unwrap();
     let (prom, _prom) = start_prometheus(dir.path(), &[]);
-    // Prometheus has seen the labelled series at zero before any label arrives.
+    // Prometheus has seen the labelled series at zero (three scrapes) before any label arrives.
     wait_for(
-        "Prometheus to scrape ragwatch",
+        "three scrapes of the labelled series at zero",
         Duration::from_secs(30),
         || {
-            let seen = query(prom, "ragwatch_labelled_score_ratio_bucket")?;
-            (!seen.is_empty()).then_some(())
+            let q = "min(count_over_time(ragwatch_labelled_score_ratio_bucket[1m]))";
+            let rows = query(prom, q)?;
+            let scrapes: f64 = rows.first()?["value"][1].as_str()?.parse().ok()?;
+            (scrapes >= 3.0).then_some(())
         },
     );
-    std::thread::sleep(Duration::from_secs(3));
     let mut body = String::new();
     for (id, _, faithful) in &labels {
         body.push_str(&format!(
@@ -469,7 +470,6 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         (judges.contains(&"offline") && judges.contains(&"llm")).then_some(e)
     });
     let top = auroc_from_scrape(&rw.metrics().unwrap(), "offline", "head");
-    std::thread::sleep(Duration::from_secs(4));
     let by_key = |rows: Vec<serde_json::Value>| -> BTreeMap<(String, String), f64> {
         rows.iter()
             .map(|r| {
@@ -483,7 +483,20 @@ fn the_label_auroc_rule_in_prometheus_equals_the_in_process_figure() {
             })
             .collect()
     };
-    let from_rule = by_key(query(prom, "ragwatch:label_auroc:ratio_1h").unwrap());
+    // The rule once Prometheus has scraped the labels and evaluated it on them: polled until it
+    // agrees with the in-process figures or 30 s pass; the assertions below say what differs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let from_rule = loop {
+        let rule = by_key(query(prom, "ragwatch:label_auroc:ratio_1h").unwrap());
+        let agrees = rule.len() == expected.len()
+            && expected
+                .iter()
+                .all(|(k, want)| rule.get(k).is_some_and(|got| (got - want).abs() < 0.005));
+        if agrees || std::time::Instant::now() > deadline {
+            break rule;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     // The scrape was OpenMetrics: the top bound arrived as 1.0.
     let om = query(prom, "ragwatch_labelled_score_ratio_bucket{le=\"1.0\"}").unwrap();
     assert!(!om.is_empty(), "Prometheus did not scrape OpenMetrics");

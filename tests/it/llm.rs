@@ -985,6 +985,7 @@ fn an_api_down_for_a_minute_under_live_traffic() {
                 }
                 produce(&brokers, &topic, chunk);
                 produced.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                // The stream's pace: traces keep arriving through the outage.
                 std::thread::sleep(Duration::from_millis(500));
             }
         })

@@ -493,6 +493,7 @@ fn kill_9_during_assembly_accounts_for_every_trace() {
     let kills = 8;
     for run in 0..kills {
         let rw = Ragwatch::start(&config, &env);
+        // A random lifetime before the kill is what this test varies, not a wait.
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1200)));
         drop(rw); // SIGKILL
         let c = committed();

@@ -417,6 +417,52 @@ mod tests {
         assert!(b.charge_or_wait(1, true).is_ok());
     }
 
+    /// Calls of `tokens` admitted in a row now.
+    fn admitted<C: Clock + Clone>(b: &Budget<C>, tokens: u64) -> usize {
+        std::iter::from_fn(|| b.try_charge(tokens, false))
+            .take(10_000)
+            .count()
+    }
+
+    #[test]
+    fn a_minute_later_the_whole_minute_is_back_and_idling_saves_no_more() {
+        let clock = FakeRelativeClock::default();
+        let tokens = Budget::with_clock(&config(1000, 600, 1_000_000), clock.clone());
+        let requests = Budget::with_clock(&config(6, 1_000_000, 1_000_000), clock.clone());
+        let both = || (admitted(&tokens, 100), admitted(&requests, 1));
+        assert_eq!(both(), (6, 6));
+        clock.advance(Duration::from_secs(59));
+        assert_eq!(
+            both(),
+            (5, 5),
+            "59 s give back 590 tokens and five requests"
+        );
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(both(), (6, 6));
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(both(), (6, 6), "ten idle minutes still hold one minute");
+    }
+
+    /// The day's tokens are a bucket refilled over 24 hours, not a calendar day reset at midnight:
+    /// half a day after spending all of them, half are back; a day later, all of them and no more.
+    #[test]
+    fn the_days_tokens_come_back_over_24_hours() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(1000, 1_000_000, 1000), clock.clone());
+        assert_eq!(admitted(&b, 100), 10);
+        assert_eq!(b.charge_or_wait(100, true), Err(OverBudget::Never));
+        clock.advance(DAY / 2);
+        assert_eq!(admitted(&b, 100), 5);
+        clock.advance(DAY - Duration::from_secs(1));
+        assert_eq!(
+            admitted(&b, 100),
+            9,
+            "a second short of a day after the last spend"
+        );
+        clock.advance(Duration::from_secs(1) + 7 * DAY);
+        assert_eq!(admitted(&b, 100), 10, "a week idle still holds one day");
+    }
+
     #[test]
     fn reconcile_refunds_unused_tokens() {
         let clock = FakeRelativeClock::default();

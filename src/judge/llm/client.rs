@@ -656,6 +656,59 @@ pub fn backoff(attempt: u32, base_ms: u64, max_ms: u64, retry_after: Option<Dura
 mod tests {
     use super::*;
 
+    use crate::judge::llm::loopback::{Loopback, Reply};
+
+    fn client(server: &Loopback, extra: &str) -> LlmClient {
+        let toml = format!(
+            "{}max_attempts = 10\nbackoff_base_ms = 100\nbackoff_max_ms = 1000\n{extra}",
+            server.llm_toml()
+        );
+        let config = crate::config::Config::from_toml_with_env(&toml, &Default::default()).unwrap();
+        LlmClient::try_new(&config.llm, None).unwrap()
+    }
+
+    async fn embed(client: &LlmClient, deadline: Instant, tries: &mut Tries) -> LlmError {
+        client.embed(&["q"], deadline, tries).await.unwrap_err()
+    }
+
+    /// On tokio's paused clock against a real server on loopback: a 429 with `Retry-After: 3` is
+    /// asked again exactly 3 s later (the jitter is at most 1 s), and with a deadline at 10 s the
+    /// client gives up at 9 s, when the next wait would pass it, rather than sleep into it.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_is_asked_again_after_its_retry_after_until_the_deadline() {
+        let server = Loopback::start(Reply::Status(429, Some(3))).await;
+        let client = client(&server, "");
+        let start = Instant::now();
+        let mut tries = Tries::new(10);
+        let err = embed(&client, start + Duration::from_secs(10), &mut tries).await;
+        assert!(
+            matches!(err, LlmError::RateLimited { retry_after: Some(d) } if d == Duration::from_secs(3)),
+            "{err:?}"
+        );
+        let secs = |s: &[u64]| {
+            s.iter()
+                .map(|&s| Duration::from_secs(s))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(server.arrivals_since(start), secs(&[0, 3, 6, 9]));
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(9),
+            "no sleep into the deadline"
+        );
+        assert_eq!(tries.retries, ["rate_limited"; 3]);
+        // A server that takes a minute to answer: the deadline, not the hour-long request
+        // timeout, ends the call.
+        server.set_reply(Reply::Verdict {
+            delay: Duration::from_secs(60),
+        });
+        let client = self::client(&server, "request_timeout_ms = 3600000\n");
+        let start = Instant::now();
+        let err = embed(&client, start + Duration::from_secs(10), &mut Tries::new(1)).await;
+        assert!(matches!(err, LlmError::Timeout), "{err:?}");
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+    }
+
     #[test]
     fn only_work_the_provider_may_have_done_keeps_its_charge() {
         assert!(LlmError::Timeout.may_be_billed());

@@ -20,6 +20,8 @@ mod cache;
 mod canary;
 mod client;
 pub mod config;
+#[cfg(test)]
+pub(crate) mod loopback;
 mod mode;
 mod observer;
 mod prompt;
@@ -867,6 +869,49 @@ pub(crate) fn cosine(a: &[f64], b: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loopback::{Loopback, Reply};
+
+    fn judge(server: &Loopback, budget: &str) -> LlmJudge {
+        let config = Config::from_toml_with_env(
+            &format!(
+                "{}max_attempts = 1\n[budget]\n{budget}\n",
+                server.llm_toml()
+            ),
+            &HashMap::new(),
+        )
+        .unwrap();
+        let metrics = crate::recorder::Shared::new(&config).metrics;
+        LlmJudge::try_new(&config, &HashMap::new(), metrics).unwrap()
+    }
+
+    /// The budget refuses before anything is sent: a call larger than a minute's tokens, and a
+    /// call past the requests per minute (after one that was sent and failed) reach no server.
+    #[tokio::test]
+    async fn a_call_the_budget_refuses_is_never_sent() {
+        let server = Loopback::start(Reply::Status(500, None)).await;
+        let trace = Trace::of("When does the museum open?", &[], "It opens at 9.");
+        let small = judge(&server, "tokens_per_minute = 10");
+        assert!(matches!(
+            small.judge(&trace, true).await,
+            Err(LlmError::Budget)
+        ));
+        assert_eq!(server.requests(), 0, "refused before the call");
+        let one_a_minute = judge(&server, "requests_per_minute = 1");
+        assert!(matches!(
+            one_a_minute.judge(&trace, true).await,
+            Err(LlmError::Http(500))
+        ));
+        assert_eq!(server.requests(), 1);
+        assert!(matches!(
+            one_a_minute.judge(&trace, true).await,
+            Err(LlmError::Budget)
+        ));
+        assert_eq!(
+            server.requests(),
+            1,
+            "the second call of the minute was not sent"
+        );
+    }
 
     #[test]
     fn cosine_edges() {
