@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
 use crate::judge::config::SampledJudge;
-use crate::judge::llm::LlmJudge;
+use crate::judge::llm::{Budget, LlmJudge};
 use crate::judge::{JudgeKind, OfflineJudge};
 use crate::pipeline::{Pipeline, PoolJudge, abandon_after_grace, run_pool};
 use crate::recorder::Shared;
@@ -78,34 +78,9 @@ pub async fn run(
         tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
     }
 
-    let mut judges = vec![JudgeKind::Offline];
-    let mut budget = None;
     let abandon = CancellationToken::new();
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let pool_judge = match config.judge.sampled {
-        SampledJudge::None => None,
-        SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
-        SampledJudge::Llm => {
-            let judge = Arc::new(LlmJudge::try_new(&config, &env, shared.metrics.clone())?);
-            // `structured_output = "auto"`: ask the server before the first trace, so the judge
-            // identity on ragwatch_judge_info is the settled one from the first scrape on.
-            judge.resolve_structured_output().await;
-            budget = Some(Arc::clone(judge.budget()));
-            judges.push(JudgeKind::Llm);
-            if let Some(path) = &config.llm.canary_path {
-                let canaries = load_canaries(path, &config)?;
-                tokio::spawn(crate::judge::llm::run_canaries(
-                    Arc::clone(&judge),
-                    canaries,
-                    config.judge.faithful_threshold,
-                    Duration::from_secs(config.llm.canary_interval_secs),
-                    shared.metrics.clone(),
-                    stop.clone(),
-                ));
-            }
-            Some(PoolJudge::Llm(judge))
-        }
-    };
+    let (judges, budget, pool_judge) = sampled_judge(&config, &env, &shared, &stop).await?;
     // The pool holds the only ack sender: when the pool ends (or there is none), the Kafka source's
     // drain sees the channel close. A sender kept here would make that drain wait forever.
     let (jobs_tx, pool) = match pool_judge {
@@ -213,6 +188,44 @@ pub async fn run(
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)?;
     failed.map_or(Ok(()), Err)
+}
+
+/// The sampled judge `judge.sampled` names, with the judges whose verdicts the evaluator exports
+/// and the LLM judge's budget. The LLM judge settles its structured-output mode and starts its
+/// canaries before the first trace.
+async fn sampled_judge(
+    config: &Config,
+    env: &HashMap<String, String>,
+    shared: &Shared,
+    stop: &CancellationToken,
+) -> Result<(Vec<JudgeKind>, Option<Arc<Budget>>, Option<PoolJudge>), RunError> {
+    let mut judges = vec![JudgeKind::Offline];
+    let mut budget = None;
+    let pool_judge = match config.judge.sampled {
+        SampledJudge::None => None,
+        SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
+        SampledJudge::Llm => {
+            let judge = Arc::new(LlmJudge::try_new(config, env, shared.metrics.clone())?);
+            // `structured_output = "auto"`: ask the server before the first trace, so the judge
+            // identity on ragwatch_judge_info is the settled one from the first scrape on.
+            judge.resolve_structured_output().await;
+            budget = Some(Arc::clone(judge.budget()));
+            judges.push(JudgeKind::Llm);
+            if let Some(path) = &config.llm.canary_path {
+                let canaries = load_canaries(path, config)?;
+                tokio::spawn(crate::judge::llm::run_canaries(
+                    Arc::clone(&judge),
+                    canaries,
+                    config.judge.faithful_threshold,
+                    Duration::from_secs(config.llm.canary_interval_secs),
+                    shared.metrics.clone(),
+                    stop.clone(),
+                ));
+            }
+            Some(PoolJudge::Llm(judge))
+        }
+    };
+    Ok((judges, budget, pool_judge))
 }
 
 /// Starts the Kafka label consumer when `labels.topic` is set. Its failure stops labels only:
