@@ -7,7 +7,8 @@
 
 use serde_json::json;
 
-use super::offline::{FEATURES, Features, OfflineModel, extract};
+use super::extract::extract;
+use super::{FEATURES, Features, OfflineModel};
 use crate::eval::auroc;
 use crate::trace::Trace;
 
@@ -183,5 +184,34 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.weights[0] > 1.0);
         assert!(a.predict(&data[39].x) > 0.8 && a.predict(&data[0].x) < 0.2);
+    }
+
+    /// `train-offline` reproduces the committed weights exactly from the development set. The data set
+    /// is read from `../shared/data` (beside the checkout, as on the developers' machines and in CI).
+    #[test]
+    fn trainer_reproduces_committed_model() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/ragtruth_qa_train.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have {}",
+                path.display()
+            );
+            eprintln!("skipped: {} not present", path.display());
+            return;
+        };
+        let decoder = crate::trace::Decoder::new(&Default::default());
+        let traces: Vec<_> = text
+            .lines()
+            .filter_map(|l| decoder.decode(l.as_bytes()).ok())
+            .collect();
+        let cfg = TrainConfig::default();
+        let examples = examples(&traces, cfg.folds);
+        let committed = OfflineModel::committed();
+        let date = committed.report["trained"].as_str().unwrap().to_owned();
+        let model = train(&examples, &cfg, "ragtruth_qa_train.jsonl", &date);
+        assert_eq!(model, committed);
+        assert!(model.report["cv_auroc_pooled"].as_f64().unwrap() >= 0.78);
     }
 }
