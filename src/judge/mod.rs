@@ -69,7 +69,7 @@ pub(crate) fn clean_score(v: f64) -> Option<f64> {
 #[cfg(test)]
 impl Verdict {
     /// A verdict with only a faithfulness score, for tests.
-    pub fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
+    pub(crate) fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
         Verdict {
             judge,
             scores: PerMetric::default().with(Metric::Faithfulness, Some(faithfulness)),

@@ -11,7 +11,7 @@ use crate::trace::Trace;
 
 /// Buffers a worker reuses for every trace it judges.
 #[derive(Debug, Default)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     tokenizer: Tokenizer,
     answer: AnswerIndex,
     query: QueryIndex,

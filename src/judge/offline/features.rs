@@ -15,18 +15,18 @@ macro_rules! features {
         /// The signals the offline judge computes for one trace. All finite.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
         pub struct Features {
-            $($(#[$doc])+ pub $name: f64,)+
+            $($(#[$doc])+ pub(crate) $name: f64,)+
         }
 
         /// Number of features.
         pub const FEATURES: usize = [$(stringify!($name)),+].len();
 
         impl Features {
-            /// Names, in the order of [`Features::to_vec`].
+            /// Names, in field order: the order of the model's vectors.
             pub const NAMES: [&'static str; FEATURES] = [$(stringify!($name)),+];
 
             /// The features as a vector, in [`Features::NAMES`] order.
-            pub fn to_vec(&self) -> [f64; FEATURES] {
+            pub(crate) fn to_vec(self) -> [f64; FEATURES] {
                 [$(self.$name),+]
             }
         }

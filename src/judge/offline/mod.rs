@@ -74,18 +74,18 @@ pub struct OfflineScore {
     /// The model's probability that the answer is faithful; `None` for no claims or a refusal.
     pub faithfulness: Option<f64>,
     /// From question-answer overlap; 0 for a refusal.
-    pub answer_relevancy: Option<f64>,
+    pub(crate) answer_relevancy: Option<f64>,
     /// The answer declines to answer.
-    pub refusal: bool,
+    pub(crate) refusal: bool,
     /// The score is within the model's uncertain band of 0.5.
-    pub uncertain: bool,
+    pub(crate) uncertain: bool,
     /// The signals behind the scores.
     pub(crate) extraction: Extraction,
 }
 
 impl OfflineScore {
     /// The verdict, with the features in `details` (for verdict records and `replay` output).
-    pub fn verdict(&self) -> Verdict {
+    pub(crate) fn verdict(&self) -> Verdict {
         Verdict {
             details: self.details(),
             ..self.verdict_without_details()
@@ -94,7 +94,7 @@ impl OfflineScore {
 
     /// The verdict with `details` left `null`: building that JSON object costs more than the judge
     /// itself, and on the ingest path nothing reads it.
-    pub fn verdict_without_details(&self) -> Verdict {
+    pub(crate) fn verdict_without_details(&self) -> Verdict {
         Verdict {
             judge: JudgeKind::Offline,
             scores: PerMetric::default()
@@ -112,7 +112,7 @@ impl OfflineScore {
     }
 
     /// `{"features": {name: value...}, "sentences": n}` as JSON.
-    pub fn details(&self) -> serde_json::Value {
+    pub(crate) fn details(&self) -> serde_json::Value {
         serde_json::to_value(self.details_ref()).unwrap_or(serde_json::Value::Null)
     }
 
@@ -170,12 +170,12 @@ thread_local! {
 
 impl OfflineJudge {
     /// A judge with this model.
-    pub fn new(model: OfflineModel) -> Self {
+    pub(crate) fn new(model: OfflineModel) -> Self {
         Self { model }
     }
 
     /// The model in use.
-    pub fn model(&self) -> &OfflineModel {
+    pub(crate) fn model(&self) -> &OfflineModel {
         &self.model
     }
 

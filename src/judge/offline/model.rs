@@ -13,24 +13,24 @@ const MODEL_JSON: &str = include_str!("../offline_model.json");
 #[serde(deny_unknown_fields)]
 pub struct OfflineModel {
     /// Feature names, checked against [`Features::NAMES`] at load.
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
     /// Per-feature mean used for standardisation.
-    pub mean: Vec<f64>,
+    pub(crate) mean: Vec<f64>,
     /// Per-feature standard deviation used for standardisation.
-    pub std: Vec<f64>,
+    pub(crate) std: Vec<f64>,
     /// Weights on the standardised features.
-    pub weights: Vec<f64>,
+    pub(crate) weights: Vec<f64>,
     /// Intercept.
-    pub bias: f64,
+    pub(crate) bias: f64,
     /// Probabilities within this distance of 0.5 are `uncertain`.
-    pub uncertain_band: f64,
+    pub(crate) uncertain_band: f64,
     /// How the model was made: data, folds, cross-validated AUROC, date.
     pub report: serde_json::Value,
 }
 
 impl OfflineModel {
     /// The committed model with this build.
-    pub fn committed() -> OfflineModel {
+    pub(crate) fn committed() -> OfflineModel {
         let model: OfflineModel =
             serde_json::from_str(MODEL_JSON).expect("the committed offline model is valid JSON");
         assert!(
@@ -41,7 +41,7 @@ impl OfflineModel {
     }
 
     /// Whether the vectors line up with [`Features::NAMES`].
-    pub fn is_consistent(&self) -> bool {
+    pub(crate) fn is_consistent(&self) -> bool {
         let n = Features::NAMES.len();
         self.features.iter().map(String::as_str).eq(Features::NAMES)
             && self.mean.len() == n
@@ -50,7 +50,7 @@ impl OfflineModel {
     }
 
     /// Probability that the answer is faithful.
-    pub fn predict(&self, x: &[f64]) -> f64 {
+    pub(crate) fn predict(&self, x: &[f64]) -> f64 {
         let mut z = self.bias;
         for (((x, w), mean), std) in x.iter().zip(&self.weights).zip(&self.mean).zip(&self.std) {
             let s = if *std > 0.0 { *std } else { 1.0 };

@@ -18,13 +18,13 @@ pub struct TrainConfig {
     /// Number of folds.
     pub folds: usize,
     /// Gradient descent iterations.
-    pub iterations: usize,
+    pub(crate) iterations: usize,
     /// Learning rate.
-    pub learning_rate: f64,
+    pub(crate) learning_rate: f64,
     /// L2 penalty on the weights (not the bias).
-    pub l2: f64,
+    pub(crate) l2: f64,
     /// Half-width of the `uncertain` band around 0.5.
-    pub uncertain_band: f64,
+    pub(crate) uncertain_band: f64,
 }
 
 impl Default for TrainConfig {
@@ -71,7 +71,7 @@ pub fn examples(traces: &[Trace], folds: usize) -> Vec<Example> {
 /// Fits a standardised logistic regression on `data`.
 // Index loops keep the linear algebra readable; the vectors all have `n` entries.
 #[allow(clippy::needless_range_loop)]
-pub fn fit(data: &[&Example], cfg: &TrainConfig) -> OfflineModel {
+pub(crate) fn fit(data: &[&Example], cfg: &TrainConfig) -> OfflineModel {
     let n = Features::NAMES.len();
     let count = data.len().max(1) as f64;
     let mut mean = vec![0.0; n];
