@@ -716,7 +716,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(4096))]
 
         #[test]
         fn fast_extraction_matches_the_reference_on_small_traces(trace in small_trace()) {
@@ -725,7 +725,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        #![proptest_config(ProptestConfig::with_cases(1024))]
 
         #[test]
         fn fast_extraction_matches_the_reference_on_real_shaped_traces(trace in real_trace()) {
