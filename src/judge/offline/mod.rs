@@ -27,7 +27,7 @@
 //! that every signal shares; the sets it probes are reusable hash sets in a per-thread scratch, so a
 //! worker allocates nothing per trace once its buffers have grown; the phrase lists are one
 //! Aho-Corasick automaton over the answer. A plain implementation of every signal, over strings and
-//! standard sets, sits beside it in the tests (`reference.rs`), and a property test holds the two
+//! standard sets, sits beside it in the tests (`reference/`), and property tests hold the two
 //! equal on generated traces.
 
 mod citations;
