@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::labels::SkipReason;
+use crate::dimensions::SkipReason;
 use crate::metrics::Metrics;
 use crate::trace::DecodeError;
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::config::Config;
-use crate::judge::{Metric, OfflineJudge};
+use crate::judge::{OfflineJudge, Quality};
 use crate::sample::Stratifier;
 use crate::trace::config::DecodeConfig;
 use crate::trace::otlp::config::{AssemblyConfig, Preset, TraceFormat};
@@ -89,7 +89,7 @@ fn check_judged(c: &Checked, trace: &Trace) {
     let stratum = c.stratifier.assign(trace);
     assert!(stratum < c.stratifier.names().len());
     let verdict = c.judge.judge(trace);
-    for metric in Metric::ALL {
+    for metric in Quality::ALL {
         if let Some(v) = verdict.score(metric) {
             assert!((0.0..=1.0).contains(&v), "{metric:?} = {v}");
         }

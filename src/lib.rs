@@ -36,10 +36,10 @@
 //! config                               TOML, overrides, validate(); sections in <component>/config.rs
 //! labels, clock                        metric/judge/stratum labels; the wall clock
 //! ```
-//! A new judge metric: a variant of [`labels::Metric`] with its row in `Metric::spec` (histogram
+//! A new judge metric: a variant of [`dimensions::Quality`] with its row in `Quality::spec` (histogram
 //! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
 //! rings, histogram, gauges, estimate, verdict records, replay summary and the generic recording
-//! rules follow from `Metric::ALL` (`tests/it/layering.rs` fails if other code names a metric). A new
+//! rules follow from `Quality::ALL` (`tests/it/layering.rs` fails if other code names a metric). A new
 //! source kind: a `source::Source` implementation in its own file, a `SourceKind` variant with its
 //! config section, and one arm in `app.rs`.
 //!
@@ -85,13 +85,13 @@ pub mod app;
 pub mod audit;
 pub mod clock;
 pub mod config;
+pub mod dimensions;
 pub mod eval;
 pub mod events;
 pub mod fuzzing;
 pub mod gate;
 pub mod http;
 pub mod judge;
-pub mod labels;
 pub mod metrics;
 pub mod pipeline;
 pub mod recorder;

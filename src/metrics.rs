@@ -21,9 +21,9 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::dimensions::{JudgeKind, JudgeOutcome, PerQuality, Quality, SkipReason, StratumId};
 use crate::judge::llm::config::StructuredOutput;
 use crate::judge::llm::{CHAIN, IdentitySeries, LlmObserver, Usage, mode_name};
-use crate::labels::{JudgeKind, JudgeOutcome, Metric, PerMetric, SkipReason, StratumId};
 use crate::metrics::config::MetricsConfig;
 use crate::trace::RejectReason;
 use crate::window::{EstimateSums, RuleKind};
@@ -52,7 +52,7 @@ const JUDGE_DURATION_BUCKETS: [f64; 12] = [
 ];
 
 /// The histograms whose observations carry their trace id as an exemplar: the score histograms
-/// (named by [`Metric::spec`]) and this one.
+/// (named by [`Quality::spec`]) and this one.
 const JUDGE_DURATION: &str = "ragwatch_judge_duration_seconds";
 
 /// All metric families of one process.
@@ -71,7 +71,7 @@ pub struct Metrics {
     /// Verdicts produced, by stratum and judge.
     pub traces_judged: IntCounterVec,
     /// Each metric's scores, by stratum and judge (`ragwatch_<metric>_ratio`).
-    pub scores: PerMetric<HistogramVec>,
+    pub scores: PerQuality<HistogramVec>,
     /// Answers with no claims to check (no faithfulness score), by stratum and judge.
     pub no_claims: IntCounterVec,
     /// Answers that decline to answer, by stratum and judge.
@@ -211,11 +211,11 @@ pub struct LengthMoments {
 
 impl LengthMoments {
     /// Adds one score and its answer's length (words) to the sums of (stratum, judge, metric).
-    pub fn add(&self, stratum: usize, judge: JudgeKind, metric: Metric, words: f64, score: f64) {
+    pub fn add(&self, stratum: usize, judge: JudgeKind, metric: Quality, words: f64, score: f64) {
         let j = JudgeKind::ALL.iter().position(|k| *k == judge);
-        let m = Metric::ALL.iter().position(|k| *k == metric);
+        let m = Quality::ALL.iter().position(|k| *k == metric);
         let (Some(j), Some(m)) = (j, m) else { return };
-        let i = (stratum * JudgeKind::ALL.len() + j) * Metric::ALL.len() + m;
+        let i = (stratum * JudgeKind::ALL.len() + j) * Quality::ALL.len() + m;
         let Some(c) = self.counters.get(i) else {
             return;
         };
@@ -329,7 +329,7 @@ impl Metrics {
             "Trace ids not kept as exemplars, by reason (too_long: over OpenMetrics's 128-character label set; empty).",
             &["reason"],
         ));
-        for m in Metric::ALL {
+        for m in Quality::ALL {
             exemplars.family(m.spec().histogram, &["stratum", "judge"], &RATIO_BUCKETS);
         }
         exemplars.family(JUDGE_DURATION, &["judge"], &JUDGE_DURATION_BUCKETS);
@@ -364,7 +364,7 @@ impl Metrics {
                 "Verdicts produced, by stratum and judge.",
                 &["stratum", "judge"],
             ),
-            scores: PerMetric::from_fn(|m| {
+            scores: PerQuality::from_fn(|m| {
                 histogram(
                     &r,
                     m.spec().histogram,
@@ -787,7 +787,7 @@ impl Metrics {
                 m.citations.with_label_values(&[s, valid]);
             }
             for j in JudgeKind::RULED {
-                for metric in Metric::ALL {
+                for metric in Quality::ALL {
                     for rule in RuleKind::ALL {
                         m.drift_active.with_label_values(&[
                             metric.name(),
@@ -808,7 +808,7 @@ impl Metrics {
                 }
                 m.no_claims.with_label_values(&[s, j.name()]);
                 m.refusals.with_label_values(&[s, j.name()]);
-                for metric in Metric::ALL {
+                for metric in Quality::ALL {
                     m.score_squares
                         .with_label_values(&[metric.name(), s, j.name()]);
                 }
@@ -827,7 +827,7 @@ impl Metrics {
         let mut counters = Vec::new();
         for s in strata {
             for j in JudgeKind::ALL {
-                for metric in Metric::ALL {
+                for metric in Quality::ALL {
                     counters.push(LENGTH_TERMS.map(|term| {
                         self.length_moments
                             .with_label_values(&[metric.name(), s, j.name(), term])
@@ -931,7 +931,7 @@ impl Metrics {
     /// `increase()` sees each series start from zero rather than at its first trace's value.
     pub fn precreate_estimate_terms(&self, strata: &[String]) {
         for s in strata {
-            for metric in Metric::ALL {
+            for metric in Quality::ALL {
                 for term in EstimateSums::TERMS {
                     self.estimate_terms
                         .with_label_values(&[metric.name(), s, term]);
@@ -943,7 +943,7 @@ impl Metrics {
     /// Adds one trace's or pair's estimate sums to the exported terms.
     pub fn add_estimate_terms(
         &self,
-        metric: Metric,
+        metric: Quality,
         stratum: StratumId,
         name: &str,
         sums: &EstimateSums,
@@ -968,7 +968,7 @@ impl Metrics {
     #[allow(clippy::too_many_arguments)]
     pub fn observe_score(
         &self,
-        metric: Metric,
+        metric: Quality,
         stratum: StratumId,
         name: &str,
         judge: JudgeKind,

@@ -16,10 +16,10 @@ use serde::Serialize;
 
 use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
+use crate::dimensions::{PerQuality, Quality};
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
-use crate::labels::{Metric, PerMetric};
 use crate::pipeline::{Evaluation, Pipeline, Shared};
 
 mod lines;
@@ -44,7 +44,7 @@ pub struct StratumSummary {
     /// Refusals.
     pub refusals: u64,
     /// Per metric, the sum of the scores and how many traces had one.
-    pub score_sums: PerMetric<(f64, u64)>,
+    pub score_sums: PerQuality<(f64, u64)>,
     /// Labelled scores for AUROC.
     #[serde(skip)]
     pub labelled: Vec<(f64, bool)>,
@@ -491,7 +491,7 @@ fn write_record(
             VerdictRecord {
                 trace_id: None,
                 stratum: None,
-                scores: PerMetric::default(),
+                scores: PerQuality::default(),
                 judge: "offline",
                 status: "rejected",
                 reason: Some(e.reason.as_str()),
@@ -509,7 +509,7 @@ fn write_record(
             VerdictRecord {
                 trace_id: Some(&trace.trace_id),
                 stratum: Some(shared.stratifier.name(eval.stratum)),
-                scores: PerMetric::default(),
+                scores: PerQuality::default(),
                 judge: "offline",
                 status: "unjudged",
                 reason,
@@ -527,7 +527,7 @@ fn write_record(
             VerdictRecord {
                 trace_id: Some(&trace.trace_id),
                 stratum: Some(stratum),
-                scores: PerMetric::default(),
+                scores: PerQuality::default(),
                 judge: "llm",
                 status: "skipped",
                 reason: eval.skipped,
@@ -579,7 +579,7 @@ fn write_record(
                         s.labelled.push((f, label));
                         s.confusion.add(f, label, threshold);
                         let judge_threshold = match verdict.judge {
-                            crate::labels::JudgeKind::Llm => judged.llm_threshold,
+                            crate::dimensions::JudgeKind::Llm => judged.llm_threshold,
                             _ => threshold,
                         };
                         let agree = (f >= judge_threshold) == label;
@@ -710,7 +710,7 @@ impl Summary {
                 counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]
             );
             for (i, cell) in rest.iter().enumerate() {
-                let width = Metric::ALL.get(i).map_or(9, |m| m.name().len());
+                let width = Quality::ALL.get(i).map_or(9, |m| m.name().len());
                 line.push_str(&format!(" {cell:>width$}"));
             }
             line.push('\n');
@@ -725,7 +725,7 @@ impl Summary {
             "refusals",
         ]
         .into_iter()
-        .chain(Metric::ALL.map(Metric::name))
+        .chain(Quality::ALL.map(Quality::name))
         .chain(["auroc", "precision", "recall"])
         .map(str::to_owned)
         .collect();

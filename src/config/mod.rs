@@ -337,7 +337,7 @@ impl Config {
             if !valid_label(s) {
                 p.add(&field, format!("`{s}` must match [a-z0-9_]{{1,64}}"));
             }
-            if s == crate::labels::OTHER_STRATUM {
+            if s == crate::dimensions::OTHER_STRATUM {
                 p.add(&field, "`other` is reserved for undeclared strata");
             }
             if !seen.insert(s) {
@@ -347,7 +347,7 @@ impl Config {
         for (i, rule) in self.strata.rules.iter().enumerate() {
             let field = format!("strata.rules[{i}]");
             if !self.strata.declared.contains(&rule.stratum)
-                && rule.stratum != crate::labels::DEFAULT_STRATUM
+                && rule.stratum != crate::dimensions::DEFAULT_STRATUM
             {
                 p.add(
                     &format!("{field}.stratum"),
@@ -479,8 +479,8 @@ impl Config {
         let guaranteed =
             u64::from(self.sample.min_per_window) * self.windows.short_secs / per_window.max(1);
         for stratum in self.strata.declared.iter() {
-            for metric in crate::labels::Metric::ALL {
-                let judge = crate::labels::JudgeKind::Combined;
+            for metric in crate::dimensions::Quality::ALL {
+                let judge = crate::dimensions::JudgeKind::Combined;
                 let rule = self.drift.rule(metric, judge, stratum);
                 if rule.any() && rule.min_samples > guaranteed.max(1) {
                     p.add(
@@ -547,8 +547,8 @@ impl Config {
     /// The drift rule for `metric` as judged by `judge` in `stratum`, with overrides applied.
     pub fn drift_rule(
         &self,
-        metric: crate::labels::Metric,
-        judge: crate::labels::JudgeKind,
+        metric: crate::dimensions::Quality,
+        judge: crate::dimensions::JudgeKind,
         stratum: &str,
     ) -> crate::window::config::DriftRule {
         self.drift.rule(metric, judge, stratum)
@@ -567,8 +567,8 @@ impl Config {
 
     fn check_stratum(&self, p: &mut Problems, field: &str, stratum: &str) {
         if !(self.strata.declared.iter().any(|s| s == stratum)
-            || stratum == crate::labels::DEFAULT_STRATUM
-            || stratum == crate::labels::OTHER_STRATUM)
+            || stratum == crate::dimensions::DEFAULT_STRATUM
+            || stratum == crate::dimensions::OTHER_STRATUM)
         {
             p.add(field, format!("stratum `{stratum}` is not declared"));
         }

@@ -39,7 +39,7 @@ impl Endpoint {
 
 /// Why a write was refused; label values of `ragwatch_write_refused_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum Denied {
     /// No `Authorization` header and no verified client certificate (401).
     MissingCredentials,
     /// An `Authorization` header that is not `Bearer <token>` (401).
@@ -52,35 +52,33 @@ pub enum Refusal {
     RateLimited,
 }
 
-impl Refusal {
+impl Denied {
     /// Every reason, in label order.
-    pub const ALL: [Refusal; 5] = [
-        Refusal::MissingCredentials,
-        Refusal::MalformedCredentials,
-        Refusal::UnknownToken,
-        Refusal::Forbidden,
-        Refusal::RateLimited,
+    pub const ALL: [Denied; 5] = [
+        Denied::MissingCredentials,
+        Denied::MalformedCredentials,
+        Denied::UnknownToken,
+        Denied::Forbidden,
+        Denied::RateLimited,
     ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
-            Refusal::MissingCredentials => "missing_credentials",
-            Refusal::MalformedCredentials => "malformed_credentials",
-            Refusal::UnknownToken => "unknown_token",
-            Refusal::Forbidden => "forbidden",
-            Refusal::RateLimited => "rate_limited",
+            Denied::MissingCredentials => "missing_credentials",
+            Denied::MalformedCredentials => "malformed_credentials",
+            Denied::UnknownToken => "unknown_token",
+            Denied::Forbidden => "forbidden",
+            Denied::RateLimited => "rate_limited",
         }
     }
 
     /// The HTTP status of the answer.
     pub fn status(self) -> u16 {
         match self {
-            Refusal::MissingCredentials | Refusal::MalformedCredentials | Refusal::UnknownToken => {
-                401
-            }
-            Refusal::Forbidden => 403,
-            Refusal::RateLimited => 429,
+            Denied::MissingCredentials | Denied::MalformedCredentials | Denied::UnknownToken => 401,
+            Denied::Forbidden => 403,
+            Denied::RateLimited => 429,
         }
     }
 }
@@ -183,7 +181,7 @@ impl Tokens {
 
     /// Whether `token` may write to `endpoint`. Every entry is compared, whether or not an earlier
     /// one matched, so the time taken does not depend on which token (if any) it is.
-    pub fn check(&self, token: &[u8], endpoint: Endpoint) -> Result<(), Refusal> {
+    pub fn check(&self, token: &[u8], endpoint: Endpoint) -> Result<(), Denied> {
         let presented = digest(token);
         let mut found = Choice::from(0);
         let mut scopes = 0u8;
@@ -194,9 +192,9 @@ impl Tokens {
             scopes |= e.scopes & 0u8.wrapping_sub(hit.unwrap_u8());
         }
         if !bool::from(found) {
-            Err(Refusal::UnknownToken)
+            Err(Denied::UnknownToken)
         } else if scopes & endpoint.bit() == 0 {
-            Err(Refusal::Forbidden)
+            Err(Denied::Forbidden)
         } else {
             Ok(())
         }
@@ -205,18 +203,18 @@ impl Tokens {
 
 /// The bearer token of an `Authorization` header value: `Ok(None)` without a header,
 /// `Err(MalformedCredentials)` for another scheme or an empty token.
-pub fn bearer(header: Option<&[u8]>) -> Result<Option<&[u8]>, Refusal> {
+pub fn bearer(header: Option<&[u8]>) -> Result<Option<&[u8]>, Denied> {
     let Some(value) = header else {
         return Ok(None);
     };
     let value = value.trim_ascii();
     let scheme = b"bearer ";
     if value.len() <= scheme.len() || !value[..scheme.len()].eq_ignore_ascii_case(scheme) {
-        return Err(Refusal::MalformedCredentials);
+        return Err(Denied::MalformedCredentials);
     }
     let token = value[scheme.len()..].trim_ascii();
     if token.is_empty() {
-        return Err(Refusal::MalformedCredentials);
+        return Err(Denied::MalformedCredentials);
     }
     Ok(Some(token))
 }
@@ -228,12 +226,12 @@ pub fn authorize(
     authorization: Option<&[u8]>,
     client_certificate: bool,
     endpoint: Endpoint,
-) -> Result<(), Refusal> {
+) -> Result<(), Denied> {
     if client_certificate && authorization.is_none() {
         return Ok(());
     }
     match bearer(authorization)? {
-        None => Err(Refusal::MissingCredentials),
+        None => Err(Denied::MissingCredentials),
         Some(token) => tokens.check(token, endpoint),
     }
 }
@@ -252,13 +250,13 @@ mod tests {
         assert_eq!(t.check(b"alpha", Endpoint::Traces), Ok(()));
         assert_eq!(t.check(b"alpha", Endpoint::Labels), Ok(()));
         assert_eq!(t.check(b"beta", Endpoint::Labels), Ok(()));
-        assert_eq!(t.check(b"beta", Endpoint::Traces), Err(Refusal::Forbidden));
+        assert_eq!(t.check(b"beta", Endpoint::Traces), Err(Denied::Forbidden));
         assert_eq!(t.check(b"gamma", Endpoint::Traces), Ok(()));
         assert_eq!(
             t.check(b"alph", Endpoint::Traces),
-            Err(Refusal::UnknownToken)
+            Err(Denied::UnknownToken)
         );
-        assert_eq!(t.check(b"", Endpoint::Traces), Err(Refusal::UnknownToken));
+        assert_eq!(t.check(b"", Endpoint::Traces), Err(Denied::UnknownToken));
         assert!(Tokens::parse("").unwrap().is_empty());
         assert_eq!(
             Tokens::parse("a b").unwrap_err(),
@@ -284,19 +282,19 @@ mod tests {
         let t = Tokens::parse("tok").unwrap();
         let auth =
             |h: Option<&str>, cert| authorize(&t, h.map(str::as_bytes), cert, Endpoint::Labels);
-        assert_eq!(auth(None, false), Err(Refusal::MissingCredentials));
+        assert_eq!(auth(None, false), Err(Denied::MissingCredentials));
         assert_eq!(auth(None, true), Ok(()));
         assert_eq!(
             auth(Some("Basic dG9rOg=="), false),
-            Err(Refusal::MalformedCredentials)
+            Err(Denied::MalformedCredentials)
         );
         assert_eq!(
             auth(Some("Bearer "), false),
-            Err(Refusal::MalformedCredentials)
+            Err(Denied::MalformedCredentials)
         );
         assert_eq!(auth(Some("bearer tok"), false), Ok(()));
-        assert_eq!(auth(Some("Bearer tok2"), false), Err(Refusal::UnknownToken));
+        assert_eq!(auth(Some("Bearer tok2"), false), Err(Denied::UnknownToken));
         // A certificate and a wrong token: the token is checked, not waved through.
-        assert_eq!(auth(Some("Bearer nope"), true), Err(Refusal::UnknownToken));
+        assert_eq!(auth(Some("Bearer nope"), true), Err(Denied::UnknownToken));
     }
 }

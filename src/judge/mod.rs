@@ -14,7 +14,7 @@ pub use offline::{FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, 
 
 use serde::Serialize;
 
-pub use crate::labels::{JudgeKind, Metric, PerMetric};
+pub use crate::dimensions::{JudgeKind, PerQuality, Quality};
 
 /// A judge's scores for one trace. Scores are finite and in [0, 1] or absent; never NaN.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,7 +25,7 @@ pub struct Verdict {
     /// claims (its own outcome, never a score), answer relevancy is 0 for a refusal. In a verdict
     /// record, one key per metric.
     #[serde(flatten)]
-    pub scores: PerMetric<Option<f64>>,
+    pub scores: PerQuality<Option<f64>>,
     /// The answer declines to answer.
     pub refusal: bool,
     /// The judge is unsure (its score is near its decision threshold).
@@ -47,13 +47,13 @@ pub struct Citations {
 
 impl Verdict {
     /// The score for `metric`.
-    pub fn score(&self, metric: Metric) -> Option<f64> {
+    pub fn score(&self, metric: Quality) -> Option<f64> {
         self.scores[metric]
     }
 
     /// The faithfulness score; `None` is the no-claims outcome.
     pub fn faithfulness(&self) -> Option<f64> {
-        self.scores[Metric::Faithfulness]
+        self.scores[Quality::Faithfulness]
     }
 }
 
@@ -72,7 +72,7 @@ impl Verdict {
     pub(crate) fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
         Verdict {
             judge,
-            scores: PerMetric::default().with(Metric::Faithfulness, Some(faithfulness)),
+            scores: PerQuality::default().with(Quality::Faithfulness, Some(faithfulness)),
             refusal: false,
             uncertain: false,
             citations: Citations::default(),

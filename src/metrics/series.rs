@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use prometheus::{Counter, Histogram, IntCounter};
 
 use super::exemplars::SeriesExemplars;
-use crate::labels::{JudgeKind, PerMetric};
+use crate::dimensions::{JudgeKind, PerQuality};
 use crate::window::EstimateSums;
 
 /// The rank buckets of `ragwatch_retrieval_score`, by a context's 0-based position.
@@ -38,7 +38,7 @@ pub struct StratumSeries {
     /// By [`JudgeKind::ALL`].
     pub(super) judges: [JudgeSeries; JudgeKind::ALL.len()],
     /// By [`EstimateSums::TERMS`].
-    pub(super) estimate: PerMetric<[OnceLock<Counter>; EstimateSums::TERMS.len()]>,
+    pub(super) estimate: PerQuality<[OnceLock<Counter>; EstimateSums::TERMS.len()]>,
 }
 
 /// One stratum's handles for one judge.
@@ -47,10 +47,10 @@ pub(super) struct JudgeSeries {
     pub(super) judged: OnceLock<IntCounter>,
     pub(super) refusals: OnceLock<IntCounter>,
     pub(super) no_claims: OnceLock<IntCounter>,
-    pub(super) scores: PerMetric<OnceLock<Histogram>>,
-    pub(super) squares: PerMetric<OnceLock<Counter>>,
+    pub(super) scores: PerQuality<OnceLock<Histogram>>,
+    pub(super) squares: PerQuality<OnceLock<Counter>>,
     /// The score histograms' exemplars (`None`: the histogram keeps none).
-    pub(super) exemplars: PerMetric<OnceLock<Option<SeriesExemplars>>>,
+    pub(super) exemplars: PerQuality<OnceLock<Option<SeriesExemplars>>>,
 }
 
 impl StratumSeries {
@@ -74,7 +74,7 @@ pub(super) fn with<T>(cell: Option<&OnceLock<T>>, resolve: impl FnOnce() -> T, f
 mod tests {
     use super::*;
 
-    use crate::labels::Metric;
+    use crate::dimensions::Quality;
     use crate::metrics::Metrics;
 
     #[test]
@@ -83,7 +83,7 @@ mod tests {
         for _ in 0..3 {
             m.count_received(1, "tail", 2, [Some(0.9), None].into_iter());
             m.observe_score(
-                Metric::Faithfulness,
+                Quality::Faithfulness,
                 1,
                 "tail",
                 JudgeKind::Llm,
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(m.traces_received.with_label_values(&["head"]).get(), 0);
         let rank1 = m.retrieval_score.with_label_values(&["tail", "1"]);
         assert_eq!(rank1.get_sample_count(), 3);
-        let h = m.scores[Metric::Faithfulness].with_label_values(&["tail", "llm"]);
+        let h = m.scores[Quality::Faithfulness].with_label_values(&["tail", "llm"]);
         assert_eq!((h.get_sample_count(), h.get_sample_sum()), (3, 1.5));
         let squares = m
             .score_squares
@@ -106,7 +106,7 @@ mod tests {
         // The score's exemplar went to its series through the kept handle.
         let kept = m
             .exemplars
-            .series(Metric::Faithfulness.spec().histogram, |l| {
+            .series(Quality::Faithfulness.spec().histogram, |l| {
                 [("stratum", "tail"), ("judge", "llm")]
                     .into_iter()
                     .find_map(|(k, v)| (k == l).then_some(v))

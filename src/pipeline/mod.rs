@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 
 pub use crate::clock::now_ms;
 use crate::config::Config;
+use crate::dimensions::SkipReason;
 use crate::events;
 use crate::judge::{OfflineJudge, OfflineScore, Verdict};
-use crate::labels::SkipReason;
 pub use crate::recorder::Shared;
 use crate::sample::{Sampler, SamplerDecision, StratumId};
 use crate::trace::{DecodeError, Decoder, Trace};

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{JudgeJob, Position};
+use crate::dimensions::SkipReason;
 use crate::events;
 use crate::judge::llm::{Judged, LlmError, LlmJudge};
 use crate::judge::{JudgeKind, OfflineJudge};
-use crate::labels::SkipReason;
 use crate::recorder::Shared;
 
 /// The judge the pool runs.

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::clock::now_ms;
 use crate::config::Config;
-use crate::labels::{JudgeKind, Metric};
+use crate::dimensions::{JudgeKind, Quality};
 use crate::metrics::Metrics;
 use crate::window::{DriftState, RuleKind, STAGES, WindowStats, diagnose, window_label};
 
@@ -18,7 +18,7 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
     let m = &shared.metrics;
     m.threshold_confidence_z.set(config.windows.z);
     for stratum in shared.stratifier.names() {
-        for metric in Metric::ALL {
+        for metric in Quality::ALL {
             for judge in JudgeKind::RULED {
                 let rule = config.drift_rule(metric, judge, stratum);
                 let labels = [metric.name(), stratum.as_str(), judge.name()];
@@ -58,10 +58,10 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
     let w = &config.windows;
     let windows = shared.windows.lock().unwrap_or_else(|p| p.into_inner());
     for (stratum_id, stratum) in shared.stratifier.names().iter().enumerate() {
-        let mut evaluated: Vec<(JudgeKind, Vec<(Metric, bool)>)> = Vec::new();
+        let mut evaluated: Vec<(JudgeKind, Vec<(Quality, bool)>)> = Vec::new();
         for &judge in judges {
             let mut low = Vec::new();
-            for metric in Metric::ALL {
+            for metric in Quality::ALL {
                 for &secs in &w.window_secs {
                     if let Some(s) = windows.stats(metric, judge, stratum_id, secs, now, w.z) {
                         let window = window_label(secs);
@@ -84,7 +84,7 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
         if shared.estimate {
             let judge = JudgeKind::Combined;
             let mut low = Vec::new();
-            for metric in Metric::ALL {
+            for metric in Quality::ALL {
                 for &secs in &w.window_secs {
                     let window = window_label(secs);
                     let labels = [metric.name(), stratum.as_str(), judge.name(), &window];
@@ -148,7 +148,7 @@ fn clear_window(m: &Metrics, labels: [&str; 4]) {
     let _ = m.window_ci_upper.remove_label_values(&labels);
 }
 
-fn set_drift(m: &Metrics, metric: Metric, stratum: &str, judge: JudgeKind, state: &DriftState) {
+fn set_drift(m: &Metrics, metric: Quality, stratum: &str, judge: JudgeKind, state: &DriftState) {
     for rule in RuleKind::ALL {
         m.drift_active
             .with_label_values(&[metric.name(), stratum, judge.name(), rule.name()])

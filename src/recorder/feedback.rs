@@ -23,8 +23,8 @@ use std::sync::Mutex;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::dimensions::{JudgeKind, StratumId};
 use crate::eval::{LABEL_SCORE_BOUNDS, auroc_binned, label_score_bucket};
-use crate::labels::{JudgeKind, StratumId};
 use crate::metrics::Metrics;
 use crate::recorder::config::LabelsConfig;
 

@@ -16,9 +16,9 @@ pub use feedback::{Feedback, LabelAuroc, LabelOutcome, parse_label};
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::dimensions::{JudgeKind, Quality, StratumId};
 use crate::judge::config::SampledJudge;
 use crate::judge::{OfflineJudge, Verdict};
-use crate::labels::{JudgeKind, Metric, StratumId};
 use crate::metrics::Metrics;
 use crate::sample::Stratifier;
 use crate::trace::Trace;
@@ -129,7 +129,7 @@ impl Shared {
     /// (`metadata.model`) is of the judge's family into the self-preference count.
     fn record_audit(&self, stratum: StratumId, trace: &Trace, verdict: &Verdict) {
         let words = crate::judge::word_count(&trace.answer) as f64;
-        for metric in Metric::ALL {
+        for metric in Quality::ALL {
             if let Some(v) = verdict.score(metric) {
                 self.length_moments
                     .add(stratum, verdict.judge, metric, words, v);
@@ -209,7 +209,7 @@ impl Shared {
         );
         let population = self.estimate && verdict.judge == JudgeKind::Offline;
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        for metric in Metric::ALL {
+        for metric in Quality::ALL {
             let Some(v) = verdict.score(metric) else {
                 continue;
             };
@@ -241,7 +241,7 @@ impl Shared {
         }
         let s = self.stratifier.name(stratum);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        for metric in Metric::ALL {
+        for metric in Quality::ALL {
             if let (Some(y), Some(f)) = (verdict.score(metric), offline.score(metric)) {
                 let sums = EstimateSums::pair(y, f, probability);
                 windows.record_estimate(metric, stratum, &sums, now);

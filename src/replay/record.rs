@@ -9,8 +9,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::dimensions::{JudgeKind, PerQuality, Quality};
 use crate::judge::{Citations, FEATURES, Features, OfflineScore, Verdict};
-use crate::labels::{JudgeKind, Metric, PerMetric};
 
 /// One line of replay output.
 #[derive(Debug, Serialize)]
@@ -21,7 +21,7 @@ pub struct VerdictRecord<'a> {
     pub stratum: Option<&'a str>,
     /// Each metric's score, one key per metric.
     #[serde(flatten)]
-    pub scores: PerMetric<Option<f64>>,
+    pub scores: PerQuality<Option<f64>>,
     /// The judge.
     pub judge: &'static str,
     /// `judged`, `no_claims`, `skipped` (the LLM judge could not score it), `unjudged` (an
@@ -72,7 +72,7 @@ impl Serialize for RecordVerdict<'_> {
 struct VerdictFields<D> {
     judge: JudgeKind,
     #[serde(flatten)]
-    scores: PerMetric<Option<f64>>,
+    scores: PerQuality<Option<f64>>,
     refusal: bool,
     uncertain: bool,
     citations: Citations,
@@ -94,8 +94,8 @@ pub(super) struct Records<'a> {
 
 /// The keys of a record, each as serde_json writes it with its separators (`,"name":`).
 struct Keys {
-    /// Per metric, in [`Metric::ALL`] order.
-    metrics: [Vec<u8>; Metric::COUNT],
+    /// Per metric, in [`Quality::ALL`] order.
+    metrics: [Vec<u8>; Quality::COUNT],
     /// The offline features, by name (as a JSON object orders them): each one's index in
     /// [`Features::NAMES`] and its key, the first without the leading comma.
     features: Vec<(usize, Vec<u8>)>,
@@ -113,7 +113,7 @@ impl Keys {
         let mut sorted: [usize; FEATURES] = std::array::from_fn(|i| i);
         sorted.sort_by_key(|&i| Features::NAMES[i]);
         Self {
-            metrics: Metric::ALL.map(|m| key(",", m.name())),
+            metrics: Quality::ALL.map(|m| key(",", m.name())),
             features: sorted
                 .iter()
                 .enumerate()
@@ -230,7 +230,7 @@ impl Drop for Records<'_> {
 fn put_scores(
     b: &mut Vec<u8>,
     keys: &Keys,
-    scores: &PerMetric<Option<f64>>,
+    scores: &PerQuality<Option<f64>>,
 ) -> serde_json::Result<()> {
     for ((_, &v), key) in scores.iter().zip(&keys.metrics) {
         b.extend_from_slice(key);
@@ -380,9 +380,9 @@ mod tests {
             offline: None,
         }));
         let metric_scores = [
-            PerMetric::default(),
-            PerMetric::from_fn(|_| Some(0.1 + 0.2)),
-            PerMetric::from_fn(|m| [f64::NAN, -0.0, 1e300][m.index() % 3].into()),
+            PerQuality::default(),
+            PerQuality::from_fn(|_| Some(0.1 + 0.2)),
+            PerQuality::from_fn(|m| [f64::NAN, -0.0, 1e300][m.index() % 3].into()),
         ];
         for (n, d) in details.into_iter().enumerate() {
             let record = VerdictRecord {
@@ -409,7 +409,7 @@ mod tests {
         let record = |line| VerdictRecord {
             trace_id: Some("t"),
             stratum: Some("head"),
-            scores: PerMetric::default(),
+            scores: PerQuality::default(),
             judge: "offline",
             status: "rejected",
             reason: Some("empty"),

@@ -2,7 +2,7 @@
 
 use super::template::fill;
 use super::window::Windows;
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 const TEMPLATE: &str = include_str!("templates/rules.yaml");
 
@@ -25,14 +25,14 @@ pub enum AlertKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Alert {
     /// The metric it watches.
-    pub metric: Metric,
+    pub metric: Quality,
     /// Which rule.
     pub kind: AlertKind,
 }
 
 impl Alert {
     /// The metric's alerts, in the order the rules file lists them.
-    pub fn of_metric(metric: Metric) -> Vec<Alert> {
+    pub fn of_metric(metric: Quality) -> Vec<Alert> {
         let mut kinds = vec![AlertKind::BelowFloor];
         if metric.spec().alerts.drift {
             kinds.push(AlertKind::Drift);
@@ -44,7 +44,7 @@ impl Alert {
             .collect()
     }
 
-    /// The alert name: `Ragwatch<Metric><Kind>`.
+    /// The alert name: `Ragwatch<Quality><Kind>`.
     pub fn name(&self) -> String {
         let kind = match self.kind {
             AlertKind::BelowFloor => "BelowFloor",
@@ -120,17 +120,17 @@ impl Alert {
 }
 
 /// `answer_relevancy` -> `AnswerRelevancy`.
-pub(super) fn camel(m: Metric) -> String {
+pub(super) fn camel(m: Quality) -> String {
     m.name().split('_').map(capitalized).collect()
 }
 
 /// `answer_relevancy` -> `answer relevancy`.
-pub(super) fn words(m: Metric) -> String {
+pub(super) fn words(m: Quality) -> String {
     m.name().replace('_', " ")
 }
 
 /// `answer_relevancy` -> `Answer relevancy`.
-pub(super) fn title(m: Metric) -> String {
+pub(super) fn title(m: Quality) -> String {
     capitalized(&words(m))
 }
 
@@ -152,7 +152,7 @@ fn scope_clause(in_scope_only: bool) -> String {
 }
 
 /// The histogram's recording-rule stem: `faithfulness_ratio`.
-fn stem(m: Metric) -> &'static str {
+fn stem(m: Quality) -> &'static str {
     let h = m.spec().histogram;
     h.strip_prefix("ragwatch_").unwrap_or(h)
 }
@@ -164,7 +164,7 @@ pub(super) fn rules_yaml(windows: &Windows) -> String {
     let mut means = String::new();
     let mut combined = String::new();
     let mut alerts = String::new();
-    for m in Metric::ALL {
+    for m in Quality::ALL {
         for part in ["count", "sum"] {
             let series = format!("{}_{part}", stem(m));
             deltas.push_str(&format!("      - record: ragwatch:{series}:last\n        expr: ragwatch_{series}\n      - record: ragwatch:{series}:delta\n        expr: (ragwatch:{series}:last - last_over_time(ragwatch:{series}:last[@@middle@@] offset 1ms) >= 0) or ragwatch:{series}:last\n"));
@@ -211,7 +211,7 @@ pub(super) fn rules_yaml(windows: &Windows) -> String {
         }
     }
     let per_metric = |part: &str, sum: &str| {
-        Metric::ALL
+        Quality::ALL
             .into_iter()
             .map(|m| {
                 format!(

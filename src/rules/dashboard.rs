@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::alert::{Alert, title, words};
 use super::template::fill;
 use super::window::Windows;
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 const TEMPLATE: &str = include_str!("templates/dashboard.json");
 
@@ -22,9 +22,9 @@ const FIRST_ID: u64 = 100;
 /// The dashboard's JSON with `windows` in its queries.
 pub(super) fn dashboard_json(windows: &Windows) -> String {
     let per_line = 24 / WIDTH;
-    let lines = (Metric::COUNT as u64).div_ceil(per_line);
+    let lines = (Quality::COUNT as u64).div_ceil(per_line);
     let height = lines * HEIGHT;
-    let panels: Vec<String> = Metric::ALL
+    let panels: Vec<String> = Quality::ALL
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
@@ -82,7 +82,7 @@ fn target(expr: String, legend: &str, ref_id: &str) -> Value {
 }
 
 /// One metric's panel.
-fn panel(m: Metric, id: u64, x: u64, y: u64) -> Value {
+fn panel(m: Quality, id: u64, x: u64, y: u64) -> Value {
     let name = m.name();
     let spec = m.spec();
     let mut description = format!(

@@ -1,6 +1,6 @@
 //! `ragwatch rules`: the shipped Prometheus rules, their promtool unit tests, the PrometheusRule
-//! manifest, the Grafana dashboard and the runbook, written from [`Metric::ALL`] and each metric's
-//! [`MetricSpec`](crate::labels::MetricSpec). What is the same for every metric comes from the
+//! manifest, the Grafana dashboard and the runbook, written from [`Quality::ALL`] and each metric's
+//! [`QualitySpec`](crate::dimensions::QualitySpec). What is the same for every metric comes from the
 //! templates in `src/rules/templates/`; what is per metric (recording rules, alerts, their unit
 //! tests, dashboard panels, runbook sections) is generated here, so a new metric brings its own.
 //!
@@ -18,7 +18,7 @@ mod window;
 
 use std::path::Path;
 
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 pub use alert::{Alert, AlertKind};
 pub use window::Windows;
@@ -105,5 +105,8 @@ pub fn dashboard_json(windows: &Windows) -> String {
 
 /// Every per-metric alert ragwatch ships, metric by metric.
 pub fn metric_alerts() -> Vec<Alert> {
-    Metric::ALL.into_iter().flat_map(Alert::of_metric).collect()
+    Quality::ALL
+        .into_iter()
+        .flat_map(Alert::of_metric)
+        .collect()
 }

@@ -3,7 +3,7 @@
 
 use super::alert::{Alert, AlertKind, capitalized, title, words};
 use super::template::fill;
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 const TEMPLATE: &str = include_str!("templates/runbook.md");
 const DRIFT: &str = include_str!("templates/runbook/drift.md");
@@ -41,7 +41,7 @@ fn badge(alert: &Alert) -> String {
     }
 }
 
-fn shift_of(m: Metric) -> String {
+fn shift_of(m: Quality) -> String {
     Alert {
         metric: m,
         kind: AlertKind::Shift,
@@ -49,7 +49,7 @@ fn shift_of(m: Metric) -> String {
     .name()
 }
 
-fn floor_of(m: Metric) -> String {
+fn floor_of(m: Quality) -> String {
     Alert {
         metric: m,
         kind: AlertKind::BelowFloor,

@@ -5,7 +5,7 @@
 
 use super::alert::{Alert, AlertKind, RUNBOOK_URL, title, words};
 use super::template::fill;
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 const TEMPLATE: &str = include_str!("templates/rules_test.yaml");
 const FLOOR: &str = include_str!("templates/tests/floor.yaml");
@@ -14,7 +14,7 @@ const SHIFT: &str = include_str!("templates/tests/shift.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
-    let tests: Vec<String> = Metric::ALL
+    let tests: Vec<String> = Quality::ALL
         .into_iter()
         .flat_map(Alert::of_metric)
         .map(|a| test(&a))

@@ -4,6 +4,6 @@ pub mod config;
 mod sampler;
 mod stratify;
 
-pub use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
+pub use crate::dimensions::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
 pub use sampler::{Sampler, SamplerDecision};
 pub use stratify::Stratifier;

@@ -3,7 +3,7 @@
 
 use regex::Regex;
 
-use crate::labels::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
+use crate::dimensions::{DEFAULT_STRATUM, OTHER_STRATUM, StratumId};
 use crate::sample::config::StrataConfig;
 use crate::trace::Trace;
 

@@ -1,7 +1,7 @@
 //! Diagnosis: which stage of the RAG pipeline to look at first, from which metrics are below their
 //! floor in a stratum.
 
-use crate::labels::Metric;
+use crate::dimensions::Quality;
 
 /// The `stage` label values of `ragwatch_diagnosis`.
 pub const STAGES: [&str; 3] = ["retrieval", "generation", "prompt"];
@@ -9,16 +9,16 @@ pub const STAGES: [&str; 3] = ["retrieval", "generation", "prompt"];
 /// Which stage to look at, from which metrics have a drift rule firing (only metrics with enough
 /// samples are in `low`): contexts irrelevant to the question point at retrieval; relevant contexts with an
 /// unfaithful answer point at generation; both fine with an off-topic answer points at the prompt.
-pub fn diagnose(low: &[(Metric, bool)]) -> Option<&'static str> {
-    let state = |m: Metric| low.iter().find(|(x, _)| *x == m).map(|(_, below)| *below);
-    let retrieval_ok = state(Metric::ContextRelevance) != Some(true);
-    if state(Metric::ContextRelevance) == Some(true) {
+pub fn diagnose(low: &[(Quality, bool)]) -> Option<&'static str> {
+    let state = |m: Quality| low.iter().find(|(x, _)| *x == m).map(|(_, below)| *below);
+    let retrieval_ok = state(Quality::ContextRelevance) != Some(true);
+    if state(Quality::ContextRelevance) == Some(true) {
         Some("retrieval")
-    } else if retrieval_ok && state(Metric::Faithfulness) == Some(true) {
+    } else if retrieval_ok && state(Quality::Faithfulness) == Some(true) {
         Some("generation")
     } else if retrieval_ok
-        && state(Metric::Faithfulness) == Some(false)
-        && state(Metric::AnswerRelevancy) == Some(true)
+        && state(Quality::Faithfulness) == Some(false)
+        && state(Quality::AnswerRelevancy) == Some(true)
     {
         Some("prompt")
     } else {
@@ -29,7 +29,7 @@ pub fn diagnose(low: &[(Metric, bool)]) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Metric::*;
+    use Quality::*;
 
     #[test]
     fn diagnosis_blames_the_first_failing_stage() {

@@ -12,7 +12,7 @@ pub use drift::{DriftState, RuleKind, Shift};
 pub use estimate::{Estimate, EstimateSums};
 pub use ring::{Accumulate, Moments, Ring, WindowStats};
 
-use crate::labels::{JudgeKind, Metric, StratumId};
+use crate::dimensions::{JudgeKind, Quality, StratumId};
 
 /// The rings of one (metric, stratum, judge): one ring per configured window length.
 #[derive(Debug, Clone)]
@@ -39,12 +39,12 @@ impl Windows {
         let one_estimate = Series {
             rings: window_ms.iter().map(|&w| Ring::new(w, buckets)).collect(),
         };
-        let n = Metric::ALL.len() * JudgeKind::ALL.len() * strata;
+        let n = Quality::ALL.len() * JudgeKind::ALL.len() * strata;
         Self {
             window_ms,
             strata,
             series: vec![one; n],
-            estimates: vec![one_estimate; Metric::ALL.len() * strata],
+            estimates: vec![one_estimate; Quality::ALL.len() * strata],
         }
     }
 
@@ -52,14 +52,14 @@ impl Windows {
         self.window_ms.iter().position(|&w| w == window_secs * 1000)
     }
 
-    fn estimate_index(&self, metric: Metric, stratum: StratumId) -> usize {
+    fn estimate_index(&self, metric: Quality, stratum: StratumId) -> usize {
         (metric as usize) * self.strata + stratum
     }
 
     /// Adds the sums of one trace or judged pair to the combined estimate of (metric, stratum).
     pub fn record_estimate(
         &mut self,
-        metric: Metric,
+        metric: Quality,
         stratum: StratumId,
         sums: &EstimateSums,
         now_ms: u64,
@@ -73,7 +73,7 @@ impl Windows {
     /// The combined estimate's sums of (metric, stratum) over the window of `window_secs`.
     pub fn estimate_sums(
         &self,
-        metric: Metric,
+        metric: Quality,
         stratum: StratumId,
         window_secs: u64,
         now_ms: u64,
@@ -82,14 +82,14 @@ impl Windows {
         Some(self.estimates[self.estimate_index(metric, stratum)].rings[w].total(now_ms))
     }
 
-    fn index(&self, metric: Metric, judge: JudgeKind, stratum: StratumId) -> usize {
+    fn index(&self, metric: Quality, judge: JudgeKind, stratum: StratumId) -> usize {
         ((metric as usize) * JudgeKind::ALL.len() + judge as usize) * self.strata + stratum
     }
 
     /// Adds one score (in [0, 1]) at `now_ms`.
     pub fn record(
         &mut self,
-        metric: Metric,
+        metric: Quality,
         judge: JudgeKind,
         stratum: StratumId,
         value: f64,
@@ -104,7 +104,7 @@ impl Windows {
     /// Statistics of one series over the window of `window_secs` at `now_ms`.
     pub fn stats(
         &self,
-        metric: Metric,
+        metric: Quality,
         judge: JudgeKind,
         stratum: StratumId,
         window_secs: u64,
@@ -133,15 +133,15 @@ mod tests {
     #[test]
     fn series_are_independent() {
         let mut w = Windows::new(&[10, 100], 10, 3);
-        w.record(Metric::Faithfulness, JudgeKind::Offline, 1, 0.5, 1000);
-        w.record(Metric::AnswerRelevancy, JudgeKind::Llm, 2, 1.0, 1000);
+        w.record(Quality::Faithfulness, JudgeKind::Offline, 1, 0.5, 1000);
+        w.record(Quality::AnswerRelevancy, JudgeKind::Llm, 2, 1.0, 1000);
         let s = |m, j, st| w.stats(m, j, st, 10, 1500, 1.645).unwrap().count;
-        assert_eq!(s(Metric::Faithfulness, JudgeKind::Offline, 1), 1);
-        assert_eq!(s(Metric::Faithfulness, JudgeKind::Offline, 2), 0);
-        assert_eq!(s(Metric::AnswerRelevancy, JudgeKind::Llm, 2), 1);
-        assert_eq!(s(Metric::AnswerRelevancy, JudgeKind::Offline, 2), 0);
+        assert_eq!(s(Quality::Faithfulness, JudgeKind::Offline, 1), 1);
+        assert_eq!(s(Quality::Faithfulness, JudgeKind::Offline, 2), 0);
+        assert_eq!(s(Quality::AnswerRelevancy, JudgeKind::Llm, 2), 1);
+        assert_eq!(s(Quality::AnswerRelevancy, JudgeKind::Offline, 2), 0);
         assert!(
-            w.stats(Metric::Faithfulness, JudgeKind::Offline, 1, 11, 0, 1.0)
+            w.stats(Quality::Faithfulness, JudgeKind::Offline, 1, 11, 0, 1.0)
                 .is_none()
         );
     }

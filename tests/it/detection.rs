@@ -14,7 +14,7 @@ use std::path::Path;
 
 use crate::common::labelled_data;
 use ragwatch::config::Config;
-use ragwatch::judge::{Citations, JudgeKind, Metric, PerMetric, Verdict};
+use ragwatch::judge::{Citations, JudgeKind, PerQuality, Quality, Verdict};
 use ragwatch::pipeline::{JudgeJob, Pipeline};
 use ragwatch::recorder::{Shared, evaluate_once, export_thresholds};
 use rand::rngs::StdRng;
@@ -97,10 +97,10 @@ fn llm_verdict(rng: &mut StdRng, faithful: bool) -> Verdict {
     };
     Verdict {
         judge: JudgeKind::Llm,
-        scores: PerMetric::default()
-            .with(Metric::Faithfulness, Some(score))
+        scores: PerQuality::default()
+            .with(Quality::Faithfulness, Some(score))
             .with(
-                Metric::AnswerRelevancy,
+                Quality::AnswerRelevancy,
                 Some(0.8 + 0.2 * rng.random::<f64>()),
             ),
         refusal: false,
@@ -205,7 +205,7 @@ fn simulate(
                     let active = m
                         .drift_active
                         .with_label_values(&[
-                            Metric::Faithfulness.name(),
+                            Quality::Faithfulness.name(),
                             stratum,
                             judge.name(),
                             rule,

@@ -50,7 +50,7 @@ use crate::common::*;
 use label_judge::LabelJudge;
 use prometheus::{WINDOWS, query, query_at, start_prometheus, test_rules, unix_secs};
 use ragwatch::config::Config;
-use ragwatch::labels::Metric;
+use ragwatch::dimensions::Quality;
 use ragwatch::pipeline::{Pipeline, Shared};
 use ragwatch::sample::Sampler;
 use ragwatch::window::{Accumulate, EstimateSums};
@@ -448,7 +448,7 @@ fn expected(
 ) -> BTreeMap<Key, Option<f64>> {
     let mut e = BTreeMap::new();
     for s in STRATA {
-        for (mi, m) in Metric::ALL.iter().enumerate() {
+        for (mi, m) in Quality::ALL.iter().enumerate() {
             let name = m.name();
             for j in JUDGES {
                 let (v20, v40, vlong, vrest) = (
@@ -465,7 +465,7 @@ fn expected(
                     key(&format!("ragwatch:{name}:samples_5m"), s, "", j),
                     Some(v20.len() as f64),
                 );
-                if *m != Metric::ContextRelevance {
+                if *m != Quality::ContextRelevance {
                     e.insert(
                         key(&format!("ragwatch:{name}:mean_1h"), s, "", j),
                         mean(v40),
@@ -710,7 +710,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
     // off here: every inclusion probability is then the stratum's (boosted) rate.
     let shipped = std::fs::read_to_string(repo().join("config/llm.toml")).unwrap();
     let mut config_text = shipped.clone();
-    for m in Metric::ALL {
+    for m in Quality::ALL {
         config_text.push_str(&format!(
             "\n[drift.rules.{}.combined]\nmin_samples = 1\n",
             m.name()
@@ -771,7 +771,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
             let verdict = eval.verdict.unwrap();
             let (decision, pi) =
                 sampler.decide_with_probability(eval.stratum, id, 0, verdict.uncertain);
-            let offline = [0, 1, 2].map(|i| verdict.score(Metric::ALL[i]));
+            let offline = [0, 1, 2].map(|i| verdict.score(Quality::ALL[i]));
             traces.insert(
                 id.clone(),
                 TraceInfo {
@@ -996,7 +996,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
                     continue;
                 }
                 let id = v["trace_id"].as_str().unwrap().to_owned();
-                let scores = [0, 1, 2].map(|i| v[Metric::ALL[i].name()].as_f64());
+                let scores = [0, 1, 2].map(|i| v[Quality::ALL[i].name()].as_f64());
                 if verdicts.insert(id.clone(), scores).is_some() {
                     duplicates.push(id);
                 }
@@ -1104,7 +1104,7 @@ fn pooled_recording_rules_equal_the_exact_figures_across_a_changing_fleet() {
     let all = Exact::of(&everything, &traces, &verdicts);
     let mut rows: Vec<Row> = Vec::new();
     for s in STRATA {
-        for (mi, m) in Metric::ALL.iter().enumerate() {
+        for (mi, m) in Quality::ALL.iter().enumerate() {
             let hist = m.spec().histogram;
             for j in JUDGES {
                 let v = all.values(s, mi, j);

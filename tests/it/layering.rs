@@ -220,7 +220,7 @@ fn no_module_uses_a_module_above_it() {
 
 #[test]
 fn code_after_a_test_module_is_read() {
-    let text = "use crate::labels::Metric;\n#[cfg(test)]\nmod tests {\n    use crate::app::X;\n    fn f() { let s = \"}\"; let c = '}'; let r = r#\"}\"#; }\n}\npub fn g() { crate::source::x(); }\n#[cfg(test)]\nuse crate::http::Y;\nfn h() { crate::clock::now_ms(); }\n";
+    let text = "use crate::dimensions::Quality;\n#[cfg(test)]\nmod tests {\n    use crate::app::X;\n    fn f() { let s = \"}\"; let c = '}'; let r = r#\"}\"#; }\n}\npub fn g() { crate::source::x(); }\n#[cfg(test)]\nuse crate::http::Y;\nfn h() { crate::clock::now_ms(); }\n";
     assert_eq!(
         references(text).into_iter().collect::<Vec<_>>(),
         vec!["clock", "labels", "source"]
@@ -230,7 +230,7 @@ fn code_after_a_test_module_is_read() {
 #[test]
 fn the_reference_scanner_sees_grouped_imports() {
     let r = references(
-        "use crate::{config::Config, labels::{Metric, JudgeKind}, source::kafka::config::KafkaConfig};\nfn f() { crate::clock::now_ms(); crate::judge::llm::config::LlmConfig::default(); }",
+        "use crate::{config::Config, labels::{Quality, JudgeKind}, source::kafka::config::KafkaConfig};\nfn f() { crate::clock::now_ms(); crate::judge::llm::config::LlmConfig::default(); }",
     );
     assert_eq!(
         r.into_iter().collect::<Vec<_>>(),
@@ -278,13 +278,13 @@ fn the_documented_layers_are_the_checked_ones() {
     );
 }
 
-/// The variants of `labels::Metric` with their label names, read from `src/labels.rs`.
+/// The variants of `dimensions::Quality` with their label names, read from `src/labels.rs`.
 fn metrics() -> Vec<(String, String)> {
     let labels =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/labels.rs"))
             .unwrap();
     let body = labels
-        .split("pub enum Metric {")
+        .split("pub enum Quality {")
         .nth(1)
         .unwrap()
         .split('}')
@@ -338,7 +338,7 @@ fn only_the_labels_and_the_judges_name_a_particular_metric() {
         let code = non_test_code(&text);
         for (variant, name) in &metrics {
             for needle in [
-                format!("Metric::{variant}"),
+                format!("Quality::{variant}"),
                 format!("\"{name}\""),
                 format!("ragwatch_{name}_ratio"),
             ] {

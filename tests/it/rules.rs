@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use ragwatch::labels::Metric;
+use ragwatch::dimensions::Quality;
 use ragwatch::rules::{Windows, generate};
 use serde_json::Value;
 
@@ -23,9 +23,9 @@ fn read(path: &str) -> String {
 /// The test's own list of the per-metric alerts, from the metric's row: a floor and a shift alert
 /// for every metric, a drift alert where `alerts.drift` says so. Written apart from the generator
 /// so that a generator that drops an alert fails here.
-fn expected_alerts() -> Vec<(Metric, String)> {
+fn expected_alerts() -> Vec<(Quality, String)> {
     let mut out = Vec::new();
-    for m in Metric::ALL {
+    for m in Quality::ALL {
         let camel: String = m
             .name()
             .split('_')
@@ -76,7 +76,7 @@ fn every_metric_has_its_rules_alerts_unit_tests_panel_and_runbook_sections() {
         serde_json::from_str(&read("deploy/grafana/ragwatch-dashboard.json")).unwrap();
     let alerts = alert_names(&rules);
     let mut missing = Vec::new();
-    for m in Metric::ALL {
+    for m in Quality::ALL {
         let name = m.name();
         for record in [
             "mean_5m",

@@ -29,7 +29,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Endpoint, Refusal, TokenError, Tokens, authorize};
+use super::auth::{Denied, Endpoint, TokenError, Tokens, authorize};
 use super::tls::{ReloadingTls, TlsError};
 use crate::config::Config;
 use crate::events::LogLimiter;
@@ -265,7 +265,7 @@ pub fn spawn(
         endpoints.push(Endpoint::Labels);
     }
     for e in &endpoints {
-        for r in Refusal::ALL {
+        for r in Denied::ALL {
             metrics
                 .write_refused
                 .with_label_values(&[e.as_str(), r.as_str()]);
@@ -365,7 +365,7 @@ async fn check(
     if let (Some(limiter), Some(p)) = (&g.limiter, peer)
         && let Err(wait) = limiter.check(p.ip)
     {
-        let mut response = refuse(&g.metrics, endpoint, Refusal::RateLimited, peer);
+        let mut response = refuse(&g.metrics, endpoint, Denied::RateLimited, peer);
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         response
             .headers_mut()
@@ -387,7 +387,7 @@ async fn check(
 }
 
 /// Counts, logs (rate-limited, never a token) and answers a refusal.
-fn refuse(metrics: &Metrics, endpoint: Endpoint, refusal: Refusal, peer: Option<Peer>) -> Response {
+fn refuse(metrics: &Metrics, endpoint: Endpoint, refusal: Denied, peer: Option<Peer>) -> Response {
     metrics
         .write_refused
         .with_label_values(&[endpoint.as_str(), refusal.as_str()])
@@ -405,11 +405,11 @@ fn refuse(metrics: &Metrics, endpoint: Endpoint, refusal: Refusal, peer: Option<
     let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::UNAUTHORIZED);
     let mut response = (status, format!("{}\n", refusal.as_str())).into_response();
     let challenge = match refusal {
-        Refusal::MissingCredentials => Some("Bearer"),
-        Refusal::MalformedCredentials => Some("Bearer error=\"invalid_request\""),
-        Refusal::UnknownToken => Some("Bearer error=\"invalid_token\""),
-        Refusal::Forbidden => Some("Bearer error=\"insufficient_scope\""),
-        Refusal::RateLimited => None,
+        Denied::MissingCredentials => Some("Bearer"),
+        Denied::MalformedCredentials => Some("Bearer error=\"invalid_request\""),
+        Denied::UnknownToken => Some("Bearer error=\"invalid_token\""),
+        Denied::Forbidden => Some("Bearer error=\"insufficient_scope\""),
+        Denied::RateLimited => None,
     };
     if let Some(c) = challenge {
         response.headers_mut().insert(

@@ -61,7 +61,7 @@ impl Bucket {
 
 /// Why a call cannot be admitted now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum OverBudget {
     /// The per-minute limits (requests or tokens) will admit it after this long.
     Later(Duration),
     /// Waiting a minute will not help: the daily budget cannot cover it, the call is larger than a
@@ -178,7 +178,7 @@ impl<C: Clock + Clone> Budget<C> {
     /// Reserves one request and `estimate` tokens, or says how long until the per-minute limits
     /// would admit the call (nothing is taken then), or that waiting will not help. Replay waits;
     /// live judging skips.
-    pub fn charge_or_wait(&self, estimate: u64, priority: bool) -> Result<Charge, Refusal> {
+    pub fn charge_or_wait(&self, estimate: u64, priority: bool) -> Result<Charge, OverBudget> {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.minute.refill(now);
@@ -190,15 +190,15 @@ impl<C: Clock + Clone> Budget<C> {
             self.config.reserve_ratio
         };
         if s.day.tokens - need < keep * s.day.capacity {
-            return Err(Refusal::Never);
+            return Err(OverBudget::Never);
         }
         let minute_floor = keep * s.minute.capacity;
         if need > s.minute.capacity - minute_floor {
-            return Err(Refusal::Never);
+            return Err(OverBudget::Never);
         }
         if s.minute.tokens - need < minute_floor {
             let short = minute_floor + need - s.minute.tokens;
-            return Err(Refusal::Later(Duration::from_secs_f64(
+            return Err(OverBudget::Later(Duration::from_secs_f64(
                 short / s.minute.per_sec,
             )));
         }
@@ -206,10 +206,10 @@ impl<C: Clock + Clone> Budget<C> {
         // limiter then refuses only errs towards spending less.
         let clock_now = self.clock.now();
         let wait = |l: &Option<Limiter<C>>| match l {
-            None => Err(Refusal::Never),
+            None => Err(OverBudget::Never),
             Some(l) => l
                 .check()
-                .map_err(|not_until| Refusal::Later(not_until.wait_time_from(clock_now))),
+                .map_err(|not_until| OverBudget::Later(not_until.wait_time_from(clock_now))),
         };
         if !priority {
             wait(&s.open_requests)?;
@@ -375,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_says_how_long_to_wait_and_only_the_day_is_final() {
+    fn over_budget_says_how_long_to_wait_and_only_the_day_is_final() {
         let clock = FakeRelativeClock::default();
         let b = Budget::with_clock(&config(6, 1200, 100_000), clock.clone());
         assert!(b.charge_or_wait(600, true).is_ok());
@@ -383,11 +383,11 @@ mod tests {
         // The minute's tokens are spent: 600 more come back in 30 s (20 tokens a second).
         assert_eq!(
             b.charge_or_wait(600, true),
-            Err(Refusal::Later(Duration::from_secs(30)))
+            Err(OverBudget::Later(Duration::from_secs(30)))
         );
         assert_eq!(
             b.charge_or_wait(1300, true),
-            Err(Refusal::Never),
+            Err(OverBudget::Never),
             "larger than a minute's tokens"
         );
         clock.advance(Duration::from_secs(30));
@@ -396,7 +396,7 @@ mod tests {
         assert!(b.charge_or_wait(600, true).is_ok());
         assert_eq!(
             b.charge_or_wait(600, true),
-            Err(Refusal::Never),
+            Err(OverBudget::Never),
             "the day's 1000 tokens cannot cover a second call of 600"
         );
         let clock = FakeRelativeClock::default();
@@ -406,7 +406,7 @@ mod tests {
         }
         assert_eq!(
             b.charge_or_wait(1, true),
-            Err(Refusal::Later(Duration::from_secs(10))),
+            Err(OverBudget::Later(Duration::from_secs(10))),
             "one request per 10 s"
         );
         clock.advance(Duration::from_secs(10));

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::dimensions::JudgeOutcome;
 use crate::judge::llm::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
-use crate::labels::JudgeOutcome;
 
 /// Why a judge call failed. `kind()` is the `outcome` label.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -24,7 +24,7 @@ mod mode;
 mod observer;
 mod prompt;
 
-pub use budget::{Budget, Charge, Refusal};
+pub use budget::{Budget, Charge, OverBudget};
 pub use cache::VerdictCache;
 pub use canary::{agreement, run_canaries};
 pub use client::{
@@ -45,10 +45,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Citations, JudgeKind, Metric, PerMetric, Verdict, clean_score};
+use super::{Citations, JudgeKind, PerQuality, Quality, Verdict, clean_score};
 use crate::config::Config;
+use crate::dimensions::JudgeOutcome;
 use crate::judge::llm::config::{FaithfulnessMode, LlmConfig, StructuredOutput};
-use crate::labels::JudgeOutcome;
 use crate::trace::Trace;
 use mode::{ModeState, Probe};
 use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
@@ -485,7 +485,7 @@ impl LlmJudge {
                 "error": error.map(ToString::to_string),
                 "budget_wait_ms": log.budget_wait.as_millis() as u64, "latency_ms": latency_ms,
             });
-            for m in Metric::ALL {
+            for m in Quality::ALL {
                 record[m.name()] = json!(verdict.and_then(|v| v.score(m)));
             }
             record
@@ -514,13 +514,13 @@ impl LlmJudge {
                     .and_then(clean_score);
                 let verdict = Verdict {
                     judge: JudgeKind::Llm,
-                    scores: PerMetric::default()
-                        .with(Metric::Faithfulness, faithfulness)
+                    scores: PerQuality::default()
+                        .with(Quality::Faithfulness, faithfulness)
                         .with(
-                            Metric::AnswerRelevancy,
+                            Quality::AnswerRelevancy,
                             if refusal { Some(0.0) } else { relevancy },
                         )
-                        .with(Metric::ContextRelevance, context_relevance),
+                        .with(Quality::ContextRelevance, context_relevance),
                     refusal,
                     uncertain: false,
                     citations: Citations::default(),
@@ -743,9 +743,9 @@ impl LlmJudge {
         let result = loop {
             match self.budget.charge_or_wait(estimate, priority) {
                 Ok(c) => break Ok(c),
-                Err(Refusal::Never) => break Err(LlmError::Budget),
+                Err(OverBudget::Never) => break Err(LlmError::Budget),
                 // A millisecond past the limiter's answer, so the retry is not a spin.
-                Err(Refusal::Later(d)) => {
+                Err(OverBudget::Later(d)) => {
                     tokio::time::sleep(d + Duration::from_millis(1)).await;
                 }
             }

@@ -57,7 +57,7 @@ pub use features::{FEATURES, Features};
 pub use model::OfflineModel;
 pub(crate) use scan::word_count;
 
-use super::{JudgeKind, Metric, PerMetric, Verdict, clean_score};
+use super::{JudgeKind, PerQuality, Quality, Verdict, clean_score};
 use crate::trace::Trace;
 
 /// Feature indices in name order: `details.features` is a JSON object, which serde_json keeps
@@ -97,11 +97,11 @@ impl OfflineScore {
     pub(crate) fn verdict_without_details(&self) -> Verdict {
         Verdict {
             judge: JudgeKind::Offline,
-            scores: PerMetric::default()
-                .with(Metric::Faithfulness, self.faithfulness)
-                .with(Metric::AnswerRelevancy, self.answer_relevancy)
+            scores: PerQuality::default()
+                .with(Quality::Faithfulness, self.faithfulness)
+                .with(Quality::AnswerRelevancy, self.answer_relevancy)
                 .with(
-                    Metric::ContextRelevance,
+                    Quality::ContextRelevance,
                     self.extraction.context_relevance.and_then(clean_score),
                 ),
             refusal: self.refusal,
@@ -252,8 +252,8 @@ mod tests {
         let (g, b) = (good.faithfulness().unwrap(), bad.faithfulness().unwrap());
         assert!(g > b + 0.2, "good {g} bad {b}");
         assert!(
-            good.score(Metric::AnswerRelevancy).unwrap()
-                > bad.score(Metric::AnswerRelevancy).unwrap()
+            good.score(Quality::AnswerRelevancy).unwrap()
+                > bad.score(Quality::AnswerRelevancy).unwrap()
         );
     }
 
@@ -266,7 +266,7 @@ mod tests {
         ));
         assert!(v.refusal);
         assert_eq!(v.faithfulness(), None);
-        assert_eq!(v.score(Metric::AnswerRelevancy), Some(0.0));
+        assert_eq!(v.score(Quality::AnswerRelevancy), Some(0.0));
     }
 
     #[test]

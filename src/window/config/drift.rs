@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::labels::{JudgeKind, Metric};
+use crate::dimensions::{JudgeKind, Quality};
 
 /// Rules per metric and judge, and per-stratum overrides.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -27,10 +27,10 @@ use crate::labels::{JudgeKind, Metric};
 pub struct DriftConfig {
     /// `[drift.rules.<metric>.<judge>]`: changes to the built-in rule, for every stratum.
     #[serde(default)]
-    pub rules: BTreeMap<Metric, BTreeMap<JudgeKind, RuleOverride>>,
+    pub rules: BTreeMap<Quality, BTreeMap<JudgeKind, RuleOverride>>,
     /// `[drift.overrides.<stratum>.<metric>.<judge>]`: changes for one stratum, applied last.
     #[serde(default)]
-    pub overrides: BTreeMap<String, BTreeMap<Metric, BTreeMap<JudgeKind, RuleOverride>>>,
+    pub overrides: BTreeMap<String, BTreeMap<Quality, BTreeMap<JudgeKind, RuleOverride>>>,
 }
 
 /// The keys of one rule that a config section sets; absent keys keep the value below them.
@@ -79,7 +79,7 @@ pub struct DriftRule {
 
 impl DriftRule {
     /// The built-in rule of `metric` for `judge` (see the module docs for why).
-    pub fn builtin(metric: Metric, judge: JudgeKind) -> RuleOverride {
+    pub fn builtin(metric: Quality, judge: JudgeKind) -> RuleOverride {
         match judge {
             JudgeKind::Offline => RuleOverride {
                 floor: None,
@@ -128,7 +128,7 @@ impl DriftRule {
 impl DriftConfig {
     /// The effective rule for (`metric`, `judge`) in `stratum`: built-in, then `drift.rules`, then
     /// `drift.overrides.<stratum>`.
-    pub fn rule(&self, metric: Metric, judge: JudgeKind, stratum: &str) -> DriftRule {
+    pub fn rule(&self, metric: Quality, judge: JudgeKind, stratum: &str) -> DriftRule {
         let global = self.rules.get(&metric).and_then(|m| m.get(&judge));
         let local = self
             .overrides
@@ -208,18 +208,18 @@ mod tests {
              [rules.faithfulness.offline]\nshift_z = 0\n",
         )
         .unwrap();
-        let head = cfg.rule(Metric::Faithfulness, JudgeKind::Combined, "head");
+        let head = cfg.rule(Quality::Faithfulness, JudgeKind::Combined, "head");
         assert_eq!(head.floor, Some(0.8));
         assert_eq!(head.max_drop, Some(0.05));
         assert_eq!(head.min_samples, 20);
-        let tail = cfg.rule(Metric::Faithfulness, JudgeKind::Combined, "tail");
+        let tail = cfg.rule(Quality::Faithfulness, JudgeKind::Combined, "tail");
         assert_eq!(
             (tail.floor, tail.max_drop, tail.min_samples),
             (Some(0.8), None, 5)
         );
-        let off = cfg.rule(Metric::Faithfulness, JudgeKind::Offline, "head");
+        let off = cfg.rule(Quality::Faithfulness, JudgeKind::Offline, "head");
         assert!(!off.any(), "{off:?}");
-        let rel = cfg.rule(Metric::AnswerRelevancy, JudgeKind::Offline, "head");
+        let rel = cfg.rule(Quality::AnswerRelevancy, JudgeKind::Offline, "head");
         assert!(rel.floor.is_none() && rel.shift.is_some());
     }
 

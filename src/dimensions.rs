@@ -1,10 +1,10 @@
 //! Labels: the bounded sets every metric, config key and rule is keyed by. The bottom layer: it
 //! imports nothing from the crate, and everything above names metrics and judges through it.
 //!
-//! Adding a judge metric means adding a variant to [`Metric`] and its row in [`Metric::spec`] (and
+//! Adding a judge metric means adding a variant to [`Quality`] and its row in [`Quality::spec`] (and
 //! teaching the judges to score it); config keys and built-in rules, window rings, the score
 //! histogram and its exemplars, gauges, the combined estimate, verdict records and replay's summary
-//! follow from [`Metric::ALL`] and [`PerMetric`].
+//! follow from [`Quality::ALL`] and [`PerQuality`].
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// A scored quality metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Metric {
+pub enum Quality {
     /// Share of the answer's claims supported by the contexts.
     Faithfulness,
     /// How well the answer addresses the question.
@@ -23,7 +23,7 @@ pub enum Metric {
 
 /// What the rest of ragwatch knows about a metric, declared once per metric.
 #[derive(Debug)]
-pub struct MetricSpec {
+pub struct QualitySpec {
     /// The label value and config key.
     pub name: &'static str,
     /// The score histogram's family name.
@@ -36,13 +36,13 @@ pub struct MetricSpec {
     pub max_drop: f64,
     /// Its shipped alerts: `ragwatch rules` writes their rules, unit tests, dashboard panel and
     /// runbook sections from this row.
-    pub alerts: MetricAlerts,
+    pub alerts: QualityAlerts,
 }
 
 /// How a metric's alerts are shipped. Every metric has a floor alert on the combined estimate and
 /// a shift warning on the offline judge; these fields say how loud they are and what they mean.
 #[derive(Debug)]
-pub struct MetricAlerts {
+pub struct QualityAlerts {
     /// A floor breach pages (`critical`, pending for the short window) rather than warns.
     pub floor_pages: bool,
     /// A drop of the combined estimate below its 24-hour baseline pages too (a `Drift` alert).
@@ -59,26 +59,26 @@ pub struct MetricAlerts {
     pub shift_advice: &'static str,
 }
 
-impl Metric {
-    /// Every metric, in label order (the order of [`Metric::spec`]'s table).
-    pub const ALL: [Metric; 3] = [
-        Metric::Faithfulness,
-        Metric::AnswerRelevancy,
-        Metric::ContextRelevance,
+impl Quality {
+    /// Every metric, in label order (the order of [`Quality::spec`]'s table).
+    pub const ALL: [Quality; 3] = [
+        Quality::Faithfulness,
+        Quality::AnswerRelevancy,
+        Quality::ContextRelevance,
     ];
     /// How many metrics there are.
-    pub const COUNT: usize = Metric::ALL.len();
+    pub const COUNT: usize = Quality::ALL.len();
 
     /// The metric's row.
-    pub const fn spec(self) -> &'static MetricSpec {
-        const SPECS: [MetricSpec; Metric::COUNT] = [
-            MetricSpec {
+    pub const fn spec(self) -> &'static QualitySpec {
+        const SPECS: [QualitySpec; Quality::COUNT] = [
+            QualitySpec {
                 name: "faithfulness",
                 histogram: "ragwatch_faithfulness_ratio",
                 help: "Faithfulness scores (supported claims / claims), by stratum and judge.",
                 floor: 0.7,
                 max_drop: 0.05,
-                alerts: MetricAlerts {
+                alerts: QualityAlerts {
                     floor_pages: true,
                     drift: true,
                     in_scope_only: false,
@@ -88,13 +88,13 @@ impl Metric {
                     shift_advice: "- **Check**: whether the combined estimate of the stratum is moving too (faithfulness panels); the\n  verdict records of the stratum; what was deployed around the start. A change in the question mix of\n  the stratum (a new customer, a campaign) also shifts it without anything being broken.\n- **Then**: if the LLM judge confirms, treat it as the faithfulness page above; if it does not after an\n  hour of samples, the offline judge is reacting to something the LLM judge does not see (new wording,\n  new document formats): note it, and raise `shift_sd` for the stratum if it repeats.",
                 },
             },
-            MetricSpec {
+            QualitySpec {
                 name: "answer_relevancy",
                 histogram: "ragwatch_answer_relevancy_ratio",
                 help: "Answer relevancy scores, by stratum and judge.",
                 floor: 0.6,
                 max_drop: 0.1,
-                alerts: MetricAlerts {
+                alerts: QualityAlerts {
                     floor_pages: false,
                     drift: false,
                     in_scope_only: true,
@@ -104,13 +104,13 @@ impl Metric {
                     shift_advice: "Usually a prompt or template change, truncated generations, or a new kind of question. Check the\nstratum's answers in the verdict records and the combined answer relevancy; act as for\n`RagwatchAnswerRelevancyBelowFloor`.",
                 },
             },
-            MetricSpec {
+            QualitySpec {
                 name: "context_relevance",
                 histogram: "ragwatch_context_relevance_ratio",
                 help: "Rank-weighted relevance of the retrieved contexts to the question (retrieval quality), by stratum and judge.",
                 floor: 0.3,
                 max_drop: 0.15,
-                alerts: MetricAlerts {
+                alerts: QualityAlerts {
                     floor_pages: false,
                     drift: false,
                     in_scope_only: true,
@@ -124,7 +124,7 @@ impl Metric {
         &SPECS[self.index()]
     }
 
-    /// The position in [`Metric::ALL`].
+    /// The position in [`Quality::ALL`].
     pub const fn index(self) -> usize {
         self as usize
     }
@@ -135,54 +135,54 @@ impl Metric {
     }
 
     /// Parses a label value.
-    pub fn from_name(s: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.name() == s)
+    pub fn from_name(s: &str) -> Option<Quality> {
+        Quality::ALL.into_iter().find(|m| m.name() == s)
     }
 }
 
-/// One value per metric, indexed by [`Metric`]; serialized as a map from metric name to value.
+/// One value per metric, indexed by [`Quality`]; serialized as a map from metric name to value.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct PerMetric<T>([T; Metric::COUNT]);
+pub struct PerQuality<T>([T; Quality::COUNT]);
 
-impl<T> PerMetric<T> {
+impl<T> PerQuality<T> {
     /// Builds each metric's value with `f`.
-    pub fn from_fn(mut f: impl FnMut(Metric) -> T) -> Self {
-        PerMetric(Metric::ALL.map(&mut f))
+    pub fn from_fn(mut f: impl FnMut(Quality) -> T) -> Self {
+        PerQuality(Quality::ALL.map(&mut f))
     }
 
     /// Every metric with its value, in label order.
-    pub fn iter(&self) -> impl Iterator<Item = (Metric, &T)> {
-        Metric::ALL.into_iter().zip(self.0.iter())
+    pub fn iter(&self) -> impl Iterator<Item = (Quality, &T)> {
+        Quality::ALL.into_iter().zip(self.0.iter())
     }
 
     /// Every metric with its value, mutably.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Metric, &mut T)> {
-        Metric::ALL.into_iter().zip(self.0.iter_mut())
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Quality, &mut T)> {
+        Quality::ALL.into_iter().zip(self.0.iter_mut())
     }
 
     /// Sets `metric`'s value, for building.
-    pub fn with(mut self, metric: Metric, value: T) -> Self {
+    pub fn with(mut self, metric: Quality, value: T) -> Self {
         self[metric] = value;
         self
     }
 }
 
-impl<T> std::ops::Index<Metric> for PerMetric<T> {
+impl<T> std::ops::Index<Quality> for PerQuality<T> {
     type Output = T;
-    fn index(&self, m: Metric) -> &T {
+    fn index(&self, m: Quality) -> &T {
         &self.0[m.index()]
     }
 }
 
-impl<T> std::ops::IndexMut<Metric> for PerMetric<T> {
-    fn index_mut(&mut self, m: Metric) -> &mut T {
+impl<T> std::ops::IndexMut<Quality> for PerQuality<T> {
+    fn index_mut(&mut self, m: Quality) -> &mut T {
         &mut self.0[m.index()]
     }
 }
 
-impl<T: Serialize> Serialize for PerMetric<T> {
+impl<T: Serialize> Serialize for PerQuality<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(Metric::COUNT))?;
+        let mut map = serializer.serialize_map(Some(Quality::COUNT))?;
         for (m, v) in self.iter() {
             map.serialize_entry(m.name(), v)?;
         }
@@ -328,9 +328,9 @@ mod tests {
 
     #[test]
     fn metrics_are_listed_in_declaration_order_and_their_names_round_trip() {
-        for (i, m) in Metric::ALL.into_iter().enumerate() {
+        for (i, m) in Quality::ALL.into_iter().enumerate() {
             assert_eq!(m.index(), i);
-            assert_eq!(Metric::from_name(m.name()), Some(m));
+            assert_eq!(Quality::from_name(m.name()), Some(m));
             // Config keys are read through serde: the same name.
             assert_eq!(serde_json::to_value(m).unwrap(), m.name());
             assert_eq!(m.spec().histogram, format!("ragwatch_{}_ratio", m.name()));
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn per_metric_values_serialize_as_a_map_by_metric_name() {
-        let v = PerMetric::<Option<f64>>::default().with(Metric::AnswerRelevancy, Some(0.5));
+        let v = PerQuality::<Option<f64>>::default().with(Quality::AnswerRelevancy, Some(0.5));
         assert_eq!(
             serde_json::to_value(v).unwrap(),
             serde_json::json!({"faithfulness": null, "answer_relevancy": 0.5, "context_relevance": null})
