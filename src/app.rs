@@ -18,11 +18,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::dimensions::JudgeKind;
 use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
+use crate::judge::OfflineJudge;
 use crate::judge::config::SampledJudge;
 use crate::judge::llm::{Budget, LlmJudge};
-use crate::judge::{JudgeKind, OfflineJudge};
 use crate::pipeline::{Pipeline, PoolJudge, abandon_after_grace, run_pool};
 use crate::recorder::Shared;
 use crate::source::config::SourceKind;

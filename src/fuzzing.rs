@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::config::Config;
-use crate::judge::{OfflineJudge, Quality};
+use crate::dimensions::Quality;
+use crate::judge::OfflineJudge;
 use crate::sample::Stratifier;
 use crate::trace::config::DecodeConfig;
 use crate::trace::otlp::config::{AssemblyConfig, Preset, TraceFormat};

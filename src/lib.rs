@@ -59,7 +59,10 @@
 //! - [`audit`]: the judge audit: agreement (AUROC, Cohen's kappa) with bootstrap intervals, length
 //!   correlation overall and within each label class, position bias.
 //! - [`sample`]: stratification and hash-based, redelivery-stable sampling with known probabilities.
-//! - [`judge`]: verdicts, the offline judge and its trained model, the LLM judge.
+//! - [`judge`]: verdicts; the offline judge (`judge/offline/`: sentences and tokens, the answer's
+//!   and question's indexes, one pass over the contexts, phrases and citations, the 28 features,
+//!   the logistic model and its trainer; a plain reference of every feature in its tests); the LLM
+//!   judge.
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
 //!   diagnosis.
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and

@@ -682,7 +682,7 @@ impl Summary {
         self.audit
             .iter()
             .map(|(judge, samples)| {
-                let threshold = if *judge == crate::judge::JudgeKind::Llm.name() {
+                let threshold = if *judge == crate::dimensions::JudgeKind::Llm.name() {
                     config.labels.llm_faithful_threshold
                 } else {
                     config.judge.faithful_threshold

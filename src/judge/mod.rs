@@ -7,21 +7,14 @@
 pub mod config;
 pub mod llm;
 mod offline;
-pub mod records;
-mod text;
-pub mod trainer;
+pub(crate) mod records;
 
-pub use offline::{
-    Extraction, FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, Scratch, extract,
-    extract_with,
-};
-pub use text::{
-    HashSet64, Sentences, Token, TokenSet, Tokenizer, content_tokens, sentences, word_count,
-};
+pub(crate) use offline::word_count;
+pub use offline::{FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, trainer};
 
 use serde::Serialize;
 
-pub use crate::dimensions::{JudgeKind, PerQuality, Quality};
+use crate::dimensions::{JudgeKind, PerQuality, Quality};
 
 /// A judge's scores for one trace. Scores are finite and in [0, 1] or absent; never NaN.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -65,7 +58,7 @@ impl Verdict {
 }
 
 /// Clamps to [0, 1] and maps NaN to `None`, so no judge can leak a NaN downstream.
-pub fn clean_score(v: f64) -> Option<f64> {
+pub(crate) fn clean_score(v: f64) -> Option<f64> {
     if v.is_nan() {
         None
     } else {
@@ -76,7 +69,7 @@ pub fn clean_score(v: f64) -> Option<f64> {
 #[cfg(test)]
 impl Verdict {
     /// A verdict with only a faithfulness score, for tests.
-    pub fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
+    pub(crate) fn with_faithfulness(judge: JudgeKind, faithfulness: f64) -> Self {
         Verdict {
             judge,
             scores: PerQuality::default().with(Quality::Faithfulness, Some(faithfulness)),

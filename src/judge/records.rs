@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// A size-capped, rotating JSON-lines file of verdict records.
 #[derive(Debug)]
-pub struct RecordsFile {
+pub(crate) struct RecordsFile {
     path: PathBuf,
     max_bytes: u64,
     keep_files: u32,
@@ -37,7 +37,7 @@ struct State {
 impl RecordsFile {
     /// Opens `path` for appending (its current length counts towards the cap) and deletes rotated
     /// files beyond `keep_files` that an earlier, larger setting left behind.
-    pub fn open(path: &Path, max_bytes: u64, keep_files: u32) -> io::Result<Self> {
+    pub(crate) fn open(path: &Path, max_bytes: u64, keep_files: u32) -> io::Result<Self> {
         let file = open_append(path)?;
         let len = file.metadata()?.len();
         let records = Self {
@@ -58,7 +58,7 @@ impl RecordsFile {
     }
 
     /// The `n`-th rotated file: `path.n`, `path.1` the most recent.
-    pub fn rotated(&self, n: u32) -> PathBuf {
+    pub(crate) fn rotated(&self, n: u32) -> PathBuf {
         let mut name = self.path.as_os_str().to_owned();
         name.push(format!(".{n}"));
         PathBuf::from(name)
@@ -66,7 +66,7 @@ impl RecordsFile {
 
     /// Appends one record as a line, rotating first when the line would take the live file past the
     /// cap. A record is written whole or not at all.
-    pub fn append(&self, record: &Value) -> io::Result<()> {
+    pub(crate) fn append(&self, record: &Value) -> io::Result<()> {
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -84,7 +84,7 @@ impl RecordsFile {
     }
 
     /// Appends one record; a failure is logged when it starts and when it ends, never per record.
-    pub fn write(&self, record: &Value) {
+    pub(crate) fn write(&self, record: &Value) {
         let result = self.append(record);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match result {

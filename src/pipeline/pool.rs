@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{JudgeJob, Position};
+use crate::dimensions::JudgeKind;
 use crate::dimensions::SkipReason;
 use crate::events;
+use crate::judge::OfflineJudge;
 use crate::judge::llm::{Judged, LlmError, LlmJudge};
-use crate::judge::{JudgeKind, OfflineJudge};
 use crate::recorder::Shared;
 
 /// The judge the pool runs.

@@ -38,7 +38,7 @@ pub(crate) struct VerdictRecord<'a> {
 }
 
 /// A verdict as its record writes it: [`Verdict`]'s serialisation, except that an offline verdict's
-/// `details` are written straight from the judge's scores ([`OfflineScore::details_ref`]), the same
+/// `details` are written straight from the judge's scores (`OfflineScore::details_ref`), the same
 /// bytes without building the JSON object (which cost more than writing it).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecordVerdict<'a> {

@@ -14,7 +14,8 @@ use std::path::Path;
 
 use crate::common::labelled_data;
 use ragwatch::config::Config;
-use ragwatch::judge::{Citations, JudgeKind, PerQuality, Quality, Verdict};
+use ragwatch::dimensions::{JudgeKind, PerQuality, Quality};
+use ragwatch::judge::{Citations, Verdict};
 use ragwatch::pipeline::{JudgeJob, Pipeline};
 use ragwatch::recorder::{Shared, evaluate_once, export_thresholds};
 use rand::rngs::StdRng;

@@ -84,7 +84,7 @@ impl VerdictCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::JudgeKind;
+    use crate::dimensions::JudgeKind;
 
     fn verdict(f: f64) -> Verdict {
         Verdict::with_faithfulness(JudgeKind::Llm, f)

@@ -7,7 +7,8 @@
 
 use serde_json::json;
 
-use super::offline::{FEATURES, Features, OfflineModel, extract};
+use super::extract::extract;
+use super::{FEATURES, Features, OfflineModel};
 use crate::eval::auroc;
 use crate::trace::Trace;
 
@@ -17,13 +18,13 @@ pub struct TrainConfig {
     /// Number of folds.
     pub folds: usize,
     /// Gradient descent iterations.
-    pub iterations: usize,
+    pub(crate) iterations: usize,
     /// Learning rate.
-    pub learning_rate: f64,
+    pub(crate) learning_rate: f64,
     /// L2 penalty on the weights (not the bias).
-    pub l2: f64,
+    pub(crate) l2: f64,
     /// Half-width of the `uncertain` band around 0.5.
-    pub uncertain_band: f64,
+    pub(crate) uncertain_band: f64,
 }
 
 impl Default for TrainConfig {
@@ -70,7 +71,7 @@ pub fn examples(traces: &[Trace], folds: usize) -> Vec<Example> {
 /// Fits a standardised logistic regression on `data`.
 // Index loops keep the linear algebra readable; the vectors all have `n` entries.
 #[allow(clippy::needless_range_loop)]
-pub fn fit(data: &[&Example], cfg: &TrainConfig) -> OfflineModel {
+pub(crate) fn fit(data: &[&Example], cfg: &TrainConfig) -> OfflineModel {
     let n = Features::NAMES.len();
     let count = data.len().max(1) as f64;
     let mut mean = vec![0.0; n];
@@ -183,5 +184,34 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.weights[0] > 1.0);
         assert!(a.predict(&data[39].x) > 0.8 && a.predict(&data[0].x) < 0.2);
+    }
+
+    /// `train-offline` reproduces the committed weights exactly from the development set. The data set
+    /// is read from `../shared/data` (beside the checkout, as on the developers' machines and in CI).
+    #[test]
+    fn trainer_reproduces_committed_model() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/ragtruth_qa_train.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have {}",
+                path.display()
+            );
+            eprintln!("skipped: {} not present", path.display());
+            return;
+        };
+        let decoder = crate::trace::Decoder::new(&Default::default());
+        let traces: Vec<_> = text
+            .lines()
+            .filter_map(|l| decoder.decode(l.as_bytes()).ok())
+            .collect();
+        let cfg = TrainConfig::default();
+        let examples = examples(&traces, cfg.folds);
+        let committed = OfflineModel::committed();
+        let date = committed.report["trained"].as_str().unwrap().to_owned();
+        let model = train(&examples, &cfg, "ragtruth_qa_train.jsonl", &date);
+        assert_eq!(model, committed);
+        assert!(model.report["cv_auroc_pooled"].as_f64().unwrap() >= 0.78);
     }
 }
