@@ -67,7 +67,7 @@ pub(crate) fn auroc_binned(pos: &[u64], neg: &[u64]) -> Option<f64> {
 
 /// Confusion counts for "unfaithful" detection: a score below the threshold flags the answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Confusion {
+pub(crate) struct Confusion {
     /// Flagged and labelled unfaithful.
     pub(crate) true_positive: u64,
     /// Flagged but labelled faithful.

@@ -10,7 +10,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 /// A write endpoint: the scope a token may be limited to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// `POST /v1/traces`, the OTLP/HTTP receiver.
     Traces,
     /// `POST /v1/labels`.
@@ -36,7 +36,7 @@ impl Endpoint {
 
 /// Why a write was refused; label values of `ragwatch_write_refused_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// No `Authorization` header and no verified client certificate (401).
     MissingCredentials,
     /// An `Authorization` header that is not `Bearer <token>` (401).
@@ -82,7 +82,7 @@ impl Denied {
 
 /// Why a token list could not be read. Never carries a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     /// A scope other than `traces` and `labels`.
     #[error("entry {entry}: unknown scope {scope:?} (traces, labels)")]
     UnknownScope {

@@ -28,7 +28,7 @@ pub mod write;
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
-pub struct AdminState {
+pub(crate) struct AdminState {
     /// Metric families to render.
     pub metrics: Arc<Metrics>,
     /// Set once the pipeline is running; cleared when draining.

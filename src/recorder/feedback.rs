@@ -141,7 +141,7 @@ pub(crate) struct LabelAuroc {
 
 /// The label join: remembered traces and the thresholds that turn scores into verdicts.
 #[derive(Debug)]
-pub struct Feedback {
+pub(crate) struct Feedback {
     store: Mutex<Store>,
     max_traces: usize,
     ttl_ms: u64,

@@ -59,7 +59,7 @@ pub enum WriteError {
 
 /// A running write listener.
 #[derive(Debug)]
-pub struct WriteServer {
+pub(crate) struct WriteServer {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -74,7 +74,7 @@ impl WriteServer {
 
 /// What the listener serves: the OTLP receiver's routes, and the labels endpoint when `labels` is
 /// set (the recorder that joins them).
-pub struct WriteRoutes {
+pub(crate) struct WriteRoutes {
     /// `POST /v1/traces`, with its state applied.
     pub traces: Option<Router>,
     /// Where labels are joined; `None` leaves `/v1/labels` out.
