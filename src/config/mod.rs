@@ -245,8 +245,11 @@ impl Config {
         self.llm
             .validate(self.judge.sampled == SampledJudge::Llm, &mut p);
         self.labels.validate(&mut p);
+        self.assembly.validate(&mut p);
+        self.otlp.validate(&mut p);
         self.validate_otlp(&mut p);
         self.validate_write(&mut p);
+        self.write.validate(&mut p);
         self.redact.validate(&mut p);
         self.metrics.validate(&mut p);
         self.http.validate(&mut p);
@@ -303,36 +306,32 @@ impl Config {
         self.source.kind == Some(SourceKind::Otlp) || self.labels.enabled
     }
 
-    /// Checks `[write]`, and its listeners where a source or the labels endpoint binds them.
+    /// Checks the write listener's addresses when a source or the labels endpoint binds it.
     fn validate_write(&self, p: &mut Problems) {
+        if !self.write_listener_needed() {
+            return;
+        }
         let w = &self.write;
-        if self.write_listener_needed()
-            && let Some(Err(e)) = w
-                .grpc_listen
-                .as_ref()
-                .map(|l| l.parse::<std::net::SocketAddr>())
+        if let Some(Err(e)) = w
+            .grpc_listen
+            .as_ref()
+            .map(|l| l.parse::<std::net::SocketAddr>())
         {
             p.add("write.grpc_listen", e.to_string());
         }
-        if self.write_listener_needed()
-            && let Err(e) = w.listen.parse::<std::net::SocketAddr>()
-        {
+        if let Err(e) = w.listen.parse::<std::net::SocketAddr>() {
             p.add("write.listen", e.to_string());
         }
-        if self.write_listener_needed() && w.listen == self.http.listen && !w.listen.ends_with(":0")
-        {
+        if w.listen == self.http.listen && !w.listen.ends_with(":0") {
             p.add(
                 "write.listen",
                 "must differ from http.listen: writes and metrics are separate listeners",
             );
         }
-        w.validate(p);
     }
 
     /// Checks that the source and the decode format agree about OTLP.
     fn validate_otlp(&self, p: &mut Problems) {
-        self.assembly.validate(p);
-        self.otlp.validate(p);
         if self.source.kind == Some(SourceKind::Otlp) && !self.decode.format.is_otlp() {
             p.add(
                 "decode.format",

@@ -18,24 +18,24 @@ use hmac::{Hmac, Mac};
 use regex::{Regex, RegexSet};
 use sha2::Sha256;
 
-use crate::redact::config::{RedactConfig, RedactMode};
+use crate::redact::config::{BUILTIN_NAMES, RedactConfig, RedactMode};
 use crate::trace::Trace;
 
 /// A built-in pattern's name and its regex.
 pub(crate) const BUILTINS: [(&str, &str); 5] = [
     (
-        "email",
+        BUILTIN_NAMES[0],
         r"(?i)\b[a-z0-9][a-z0-9._%+-]*@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.[a-z]{2,}\b",
     ),
     (
-        "phone",
+        BUILTIN_NAMES[1],
         r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\b\d{2,4}[ .-])\d{3,4}[ .-]\d{3,5}\b",
     ),
     // Candidates: 13 to 19 digits, single spaces or dashes between; only those passing the Luhn
     // check are redacted, so order numbers and phone numbers of that length mostly stay.
-    ("card", r"\b\d(?:[ -]?\d){12,18}\b"),
+    (BUILTIN_NAMES[2], r"\b\d(?:[ -]?\d){12,18}\b"),
     (
-        "secret",
+        BUILTIN_NAMES[3],
         concat!(
             r"\bsk-(?:proj-|live-|test-|ant-)?[A-Za-z0-9_-]{20,}",
             r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{22,}",
@@ -48,7 +48,7 @@ pub(crate) const BUILTINS: [(&str, &str); 5] = [
         ),
     ),
     (
-        "ip",
+        BUILTIN_NAMES[4],
         concat!(
             r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b",
             // IPv6 candidates, kept only when they parse.
@@ -284,7 +284,7 @@ pub(crate) fn luhn(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redact::config::{BUILTIN_NAMES, RedactPattern};
+    use crate::redact::config::RedactPattern;
 
     #[test]
     fn the_config_knows_every_built_in_pattern_by_name() {
