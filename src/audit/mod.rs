@@ -1,12 +1,14 @@
 //! The judge audit: is a judge measuring what it claims to? Agreement with human labels (AUROC and
 //! Cohen's kappa at the judge's threshold, each with a seeded bootstrap 95 % interval), verbosity
 //! bias (Spearman correlation of the score with answer length, overall and within each label class:
-//! a judge that rewards length shows it inside a class, where the label is held fixed), and position
+//! a judge that rewards length shows it inside a class, where the label is held fixed; and the
+//! verbosity experiment, [`Verbosity`]: what longer answers do to the mean), and position
 //! bias (the same traces re-judged with their contexts reversed). Used by `replay --audit`; its
 //! figures are the input of `ragwatch gate` like a replay summary's, keyed by judge instead of
 //! stratum.
 
 pub mod config;
+mod verbosity;
 use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
@@ -14,6 +16,7 @@ use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
 use crate::eval::auroc;
+pub use verbosity::Verbosity;
 
 /// One labelled trace as one judge scored it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,6 +77,8 @@ pub struct JudgeAudit {
     pub length_spearman_unfaithful: Option<f64>,
     /// The position check, when the judge re-judged with reversed contexts.
     pub position: Option<PositionCheck>,
+    /// The verbosity experiment.
+    pub verbosity: Option<Verbosity>,
 }
 
 /// Average ranks (1-based) of `v`: tied values share the mean of the ranks they span.
@@ -221,6 +226,7 @@ impl JudgeAudit {
             length_spearman_faithful: length_rho(Some(true)),
             length_spearman_unfaithful: length_rho(Some(false)),
             position: position(samples, threshold),
+            verbosity: Verbosity::compute(samples),
         }
     }
 
@@ -256,6 +262,11 @@ impl JudgeAudit {
             "length_spearman_within_max_abs",
             within.iter().flatten().map(|r| r.abs()).reduce(f64::max),
         );
+        if let Some(v) = self.verbosity {
+            put("verbosity_shift", Some(v.shift()));
+            put("verbosity_drop", Some(v.drop()));
+            put("verbosity_ratio", v.ratio());
+        }
         if let Some(p) = self.position {
             put("position_traces", Some(p.traces as f64));
             put("position_unscored", Some(p.unscored as f64));

@@ -108,6 +108,14 @@ pub(crate) struct Extraction {
     pub(crate) context_relevance: Option<f64>,
 }
 
+impl Extraction {
+    /// Whether the model scores this answer: it has claims and does not decline. The judge gives
+    /// no faithfulness score otherwise, and the trainer leaves such answers out.
+    pub(crate) fn is_scored(&self) -> bool {
+        self.sentences > 0 && self.features.refusal == 0.0
+    }
+}
+
 /// Puts the counts together into the signals; the arithmetic is the trained model's, step for step.
 pub(crate) fn features(
     s: &AnswerStats,

@@ -202,7 +202,7 @@ impl OfflineJudge {
         let extraction = extract_with(trace, scratch);
         let features = &extraction.features;
         let refusal = features.refusal > 0.0;
-        let faithfulness = if extraction.sentences == 0 || refusal {
+        let faithfulness = if !extraction.is_scored() {
             None
         } else {
             clean_score(self.model.predict(&features.to_vec()))
@@ -310,7 +310,7 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        let recorded = [0.9841736514348308, 0.9366253418069969, 0.23455436942949645];
+        let recorded = [0.9121895129179689, 0.7271160215693512, 0.03643984448862637];
         for (g, r) in got.iter().zip(recorded) {
             assert!((g - r).abs() < 1e-12, "scores changed: {got:?}");
         }
