@@ -294,8 +294,12 @@ impl JudgeAudit {
                 p.mean_abs_change, p.flip_share, p.traces
             )
         });
+        let verbosity = self
+            .verbosity
+            .and_then(|v| v.ratio())
+            .map_or("-".to_owned(), |r| format!("{r:.3}"));
         format!(
-            "{:<8} {:>6} {:>6} {:>5}  {:<22} {:<23} {:>7} {:>7} {:>7}  {}\n",
+            "{:<8} {:>6} {:>6} {:>5}  {:<22} {:<23} {:>7} {:>7} {:>7} {:>9}  {}\n",
             judge,
             self.traces,
             self.faithful,
@@ -305,6 +309,7 @@ impl JudgeAudit {
             fmt(self.length_spearman),
             fmt(self.length_spearman_faithful),
             fmt(self.length_spearman_unfaithful),
+            verbosity,
             position
         )
     }
@@ -312,7 +317,7 @@ impl JudgeAudit {
     /// The header of [`JudgeAudit::row`]s.
     pub fn header() -> String {
         format!(
-            "{:<8} {:>6} {:>6} {:>5}  {:<22} {:<23} {:>7} {:>7} {:>7}  {}\n",
+            "{:<8} {:>6} {:>6} {:>5}  {:<22} {:<23} {:>7} {:>7} {:>7} {:>9}  {}\n",
             "judge",
             "traces",
             "faith",
@@ -322,6 +327,7 @@ impl JudgeAudit {
             "len_rho",
             "|faith",
             "|unfth",
+            "verbosity",
             "position |dscore| / flips"
         )
     }

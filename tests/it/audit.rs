@@ -247,5 +247,11 @@ fn the_development_set_audit() {
     let (a, stderr) = audit(&config, &data, &out, 1);
     eprintln!("{stderr}\n{}", serde_json::to_string_pretty(&a).unwrap());
     assert!(f(&a, "llm", "auroc") > 0.8, "{a}");
-    assert!(f(&a, "offline", "auroc") > 0.6, "{a}");
+    // The offline judge holds config/gate-audit.toml's bounds: agreement, and no length bias.
+    assert!(f(&a, "offline", "auroc_low") >= 0.72, "{a}");
+    assert!(
+        f(&a, "offline", "length_spearman_within_max_abs") <= 0.15,
+        "{a}"
+    );
+    assert!(f(&a, "offline", "verbosity_ratio") <= 0.33, "{a}");
 }
