@@ -68,9 +68,9 @@ pub struct Example {
     pub fold: usize,
 }
 
-/// Builds examples from labelled traces, with folds
-/// grouped by question and stratified by length: questions are ranked by their answers' mean word
-/// count (ties by a hash of the question) and dealt to folds `0, 1, .., folds - 1, 0, 1, ..`.
+/// Builds examples from labelled traces, with folds grouped by question and stratified by length:
+/// questions are ranked by their answers' mean word count (ties by a hash of the question) and
+/// dealt to folds `0, 1, .., folds - 1, 0, 1, ..`.
 /// Left out: traces without `label_faithful`, and those the judge gives no faithfulness score (no
 /// claims, or a refusal), which the model never scores.
 pub fn examples(traces: &[Trace], folds: usize) -> Vec<Example> {
