@@ -259,9 +259,11 @@ fn a_real_model_behind_llama_cpp_python_through_replay_and_run() {
         || {
             let m = rw.metrics()?;
             let sampled = m.sum("ragwatch_traces_sampled_total", &[]);
-            let done = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
-                + m.sum("ragwatch_traces_skipped_total", &[("reason", "queue_full")]);
-            (sampled >= n as f64 && done >= sampled).then_some(m)
+            // Settled verdicts, not answered calls: a call is counted when its answer arrives and
+            // its verdict a moment later, so waiting on calls races the count checked below.
+            let settled = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")])
+                + m.sum("ragwatch_traces_skipped_total", &[]);
+            (sampled >= n as f64 && settled >= sampled).then_some(m)
         },
     );
     let text = rw.scrape().unwrap();
