@@ -170,6 +170,17 @@ pub fn bootstrap(
     Some((quantile(&values, 0.025), quantile(&values, 0.975)))
 }
 
+/// Spearman correlation of the score with answer length over `samples`, or over one label class
+/// of them (`Some(true)`: the faithful ones).
+pub(crate) fn length_spearman(samples: &[AuditSample], class: Option<bool>) -> Option<f64> {
+    let (x, y): (Vec<f64>, Vec<f64>) = samples
+        .iter()
+        .filter(|s| class.is_none_or(|c| s.faithful == c))
+        .map(|s| (s.answer_words, s.score))
+        .unzip();
+    spearman(&x, &y)
+}
+
 /// The q-quantile of sorted `v`, interpolated linearly between order statistics.
 fn quantile(v: &[f64], q: f64) -> f64 {
     let at = q * (v.len() - 1) as f64;
@@ -208,14 +219,7 @@ impl JudgeAudit {
             let l: Vec<bool> = idx.iter().map(|&i| labels[i]).collect();
             kappa(&c, &l)
         };
-        let length_rho = |class: Option<bool>| {
-            let (x, y): (Vec<f64>, Vec<f64>) = samples
-                .iter()
-                .filter(|s| class.is_none_or(|c| s.faithful == c))
-                .map(|s| (s.answer_words, s.score))
-                .unzip();
-            spearman(&x, &y)
-        };
+        let length_rho = |class| length_spearman(samples, class);
         JudgeAudit {
             traces: samples.len(),
             faithful: labels.iter().filter(|l| **l).count(),

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::AuditSample;
+use super::{AuditSample, quantile};
 
 /// The three means of the experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -57,16 +57,19 @@ impl Verbosity {
 /// The mean score of one class, and of its answers longer than the class's median length.
 fn class_means(samples: &[AuditSample], faithful: bool) -> Option<(f64, f64)> {
     let of: Vec<&AuditSample> = samples.iter().filter(|s| s.faithful == faithful).collect();
+    if of.is_empty() {
+        return None;
+    }
     let mut words: Vec<f64> = of.iter().map(|s| s.answer_words).collect();
     words.sort_by(f64::total_cmp);
-    let median = match words.len() {
-        0 => return None,
-        n if n % 2 == 1 => words[n / 2],
-        n => (words[n / 2 - 1] + words[n / 2]) / 2.0,
-    };
-    let mean = |v: &[&&AuditSample]| v.iter().map(|s| s.score).sum::<f64>() / v.len() as f64;
-    let all: Vec<&&AuditSample> = of.iter().collect();
-    let longer: Vec<&&AuditSample> = of.iter().filter(|s| s.answer_words > median).collect();
+    let median = quantile(&words, 0.5);
+    let mean = |scores: &[f64]| scores.iter().sum::<f64>() / scores.len() as f64;
+    let all: Vec<f64> = of.iter().map(|s| s.score).collect();
+    let longer: Vec<f64> = of
+        .iter()
+        .filter(|s| s.answer_words > median)
+        .map(|s| s.score)
+        .collect();
     (!longer.is_empty()).then(|| (mean(&all), mean(&longer)))
 }
 

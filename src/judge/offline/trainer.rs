@@ -17,14 +17,14 @@
 //! Everything is deterministic (folds from lengths and hashes of the questions, full-batch gradient
 //! descent from zero, fixed iterations), so the same data gives the same weights to the last bit.
 
-use serde_json::json;
-
 use std::collections::HashMap;
+
+use serde_json::json;
 
 use super::extract::extract;
 use super::scan::word_count;
 use super::{FEATURES, Features, OfflineModel};
-use crate::audit::{AuditSample, Verbosity, spearman};
+use crate::audit::{AuditSample, Verbosity, length_spearman};
 use crate::eval::auroc;
 use crate::trace::Trace;
 
@@ -75,44 +75,48 @@ pub struct Example {
 /// claims, or a refusal), which the model never scores.
 pub fn examples(traces: &[Trace], folds: usize) -> Vec<Example> {
     let folds = folds.max(1);
-    let labelled: Vec<(&Trace, bool, Features)> = traces
+    // (question key, answer words, label, features) of each answer the model scores.
+    let scored: Vec<(String, f64, bool, Features)> = traces
         .iter()
         .filter_map(|t| {
             let y = t.label_faithful?;
             let extraction = extract(t);
-            extraction
-                .is_scored()
-                .then_some((t, y, extraction.features))
+            extraction.is_scored().then(|| {
+                let key = t.query.trim().to_lowercase();
+                (key, word_count(&t.answer) as f64, y, extraction.features)
+            })
         })
         .collect();
-    let key = |t: &Trace| t.query.trim().to_lowercase();
     // Per question: (total words, answers).
-    let mut groups: HashMap<String, (f64, usize)> = HashMap::new();
-    for (t, _, _) in &labelled {
-        let g = groups.entry(key(t)).or_default();
-        g.0 += word_count(&t.answer) as f64;
+    let mut groups: HashMap<&str, (f64, usize)> = HashMap::new();
+    for (key, words, _, _) in &scored {
+        let g = groups.entry(key).or_default();
+        g.0 += words;
         g.1 += 1;
     }
-    let mut ranked: Vec<(f64, u64, &String)> = groups
+    let mut ranked: Vec<(f64, u64, &str)> = groups
         .iter()
         .map(|(q, (words, n))| {
-            let mean = words / *n as f64;
-            (mean, xxhash_rust::xxh3::xxh3_64(q.as_bytes()), q)
+            (
+                words / *n as f64,
+                xxhash_rust::xxh3::xxh3_64(q.as_bytes()),
+                *q,
+            )
         })
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(b.2)));
-    let fold_of: HashMap<&String, usize> = ranked
+    let fold_of: HashMap<&str, usize> = ranked
         .iter()
         .enumerate()
         .map(|(rank, (_, _, q))| (*q, rank % folds))
         .collect();
-    labelled
+    scored
         .iter()
-        .map(|(t, y, features)| Example {
+        .map(|(key, words, y, features)| Example {
             x: features.to_vec(),
             y: *y,
-            words: word_count(&t.answer) as f64,
-            fold: fold_of[&key(t)],
+            words: *words,
+            fold: fold_of[key.as_str()],
         })
         .collect()
 }
@@ -265,14 +269,7 @@ pub fn train(examples: &[Example], cfg: &TrainConfig, source: &str, date: &str) 
             reversed: None,
         })
         .collect();
-    let within = |class: bool| {
-        let (words, scores): (Vec<f64>, Vec<f64>) = samples
-            .iter()
-            .filter(|s| s.faithful == class)
-            .map(|s| (s.answer_words, s.score))
-            .unzip();
-        spearman(&words, &scores)
-    };
+    let within = |class| length_spearman(&samples, Some(class));
     let verbosity = Verbosity::compute(&samples);
     let all: Vec<&Example> = examples.iter().collect();
     let mut model = fit(&all, cfg);
