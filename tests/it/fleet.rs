@@ -32,6 +32,8 @@
 //! Tolerance: relative 1e-6 (plus 1e-9 absolute, for figures whose exact value is 0) for every
 //! figure, counts, sums, means, variances and intervals alike: the pooled sums are sums of the
 //! same numbers, so only floating-point rounding separates an exact rule from the exact figure.
+//! A half-width, z times a square root, is compared squared, on its variance's scale: the square
+//! root of a variance whose exact value is 0 turns 1e-17 of rounding into 1e-9.
 //! A figure with no value (no scores in the window) must be absent (or NaN) in Prometheus too.
 //! Every comparison is printed as a table (rule, labels, expected, got) and one assertion lists
 //! every mismatch. The accounting is checked too: per stratum, summed over replicas and restarts,
@@ -563,6 +565,11 @@ impl Row {
     fn ok(&self) -> bool {
         match (self.expected, self.got) {
             (None, None) => true,
+            // A half-width is z * sqrt(variance): it is compared on the variance's scale, where
+            // rounding is additive. Near 0 a square root turns 1e-17 of rounding into 1e-9.
+            (Some(e), Some(g)) if self.key.0.contains("half_width") => {
+                (g * g - e * e).abs() <= REL_TOL * e * e + ABS_TOL
+            }
             (Some(e), Some(g)) => (g - e).abs() <= REL_TOL * e.abs() + ABS_TOL,
             _ => false,
         }
