@@ -10,9 +10,17 @@
 //! `docs/configuration.md` lists every key with its default.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+pub(crate) mod fields;
+pub mod problems;
+
+pub use problems::{ConfigError, FieldProblem};
+
+use fields::default_from_serde;
+use problems::Problems;
 
 use crate::audit::config::AuditConfig;
 use crate::http::config::HttpConfig;
@@ -28,42 +36,6 @@ use crate::source::kafka::config::KafkaConfig;
 use crate::trace::config::DecodeConfig;
 use crate::trace::otlp::config::{AssemblyConfig, OtlpConfig, TraceFormat, default_otlp_format};
 use crate::window::config::{DriftConfig, WindowsConfig};
-
-/// Why a configuration could not be loaded. Each variant names the offending field or file.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file that was asked for.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The TOML did not parse or had an unknown or wrong-typed field.
-    #[error("invalid config: {0}")]
-    Parse(String),
-    /// An environment override could not be applied.
-    #[error("invalid environment override {var}: {reason}")]
-    Env {
-        /// The variable name.
-        var: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Values out of range or inconsistent with others: every problem found, each naming its field.
-    #[error("invalid config:{}", .0.iter().map(|p| format!("\n  `{}`: {}", p.field, p.reason)).collect::<String>())]
-    Invalid(Vec<FieldProblem>),
-}
-
-/// One invalid field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldProblem {
-    /// Dotted path of the field.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
 
 /// The whole configuration of one ragwatch process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,29 +131,14 @@ pub struct ShutdownConfig {
     pub grace_secs: u64,
 }
 
-pub(crate) fn default_true() -> bool {
-    true
-}
+default_from_serde!(Config, ShutdownConfig, LogConfig);
+
 fn default_grace_secs() -> u64 {
     20
 }
 fn default_log_format() -> LogFormat {
     LogFormat::Text
 }
-
-/// Implements `Default` through serde's field defaults, so the two can never disagree. Each
-/// component's config file invokes it for its sections.
-macro_rules! default_from_serde {
-    ($($t:ty),*) => {$(
-        impl Default for $t {
-            fn default() -> Self {
-                toml::from_str("").expect("every field of this section has a default")
-            }
-        }
-    )*};
-}
-default_from_serde!(Config, ShutdownConfig, LogConfig);
-pub(crate) use default_from_serde;
 
 /// The prefix of environment overrides.
 pub(crate) const ENV_PREFIX: &str = "RAGWATCH__";
@@ -369,41 +326,6 @@ impl Config {
         }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}"))
     }
-}
-
-/// Problems found while validating, in the order found.
-#[derive(Debug, Default)]
-pub(crate) struct Problems(Vec<FieldProblem>);
-
-impl Problems {
-    pub(crate) fn add(&mut self, field: &str, reason: impl Into<String>) {
-        self.0.push(FieldProblem {
-            field: field.into(),
-            reason: reason.into(),
-        });
-    }
-
-    pub(crate) fn ratio(&mut self, field: &str, v: f64) {
-        if !(0.0..=1.0).contains(&v) {
-            self.add(field, format!("{v} is not in [0, 1]"));
-        }
-    }
-
-    pub(crate) fn into_result(self) -> Result<(), ConfigError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(self.0))
-        }
-    }
-}
-
-/// Whether `s` can be a stratum label value: short, lowercase, no surprises in PromQL.
-pub(crate) fn valid_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// Applies `RAGWATCH__A__B=value` to `doc["a"]["b"]`. The value is parsed as a TOML value when it

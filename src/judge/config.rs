@@ -1,6 +1,6 @@
 //! The judges and their bounded work queue.
 
-use crate::config::Problems;
+use crate::config::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Which judge scores the sample.
@@ -33,7 +33,7 @@ pub struct JudgeConfig {
     pub faithful_threshold: f64,
 }
 
-crate::config::default_from_serde!(JudgeConfig);
+crate::config::fields::default_from_serde!(JudgeConfig);
 
 fn default_sampled_judge() -> SampledJudge {
     SampledJudge::None

@@ -1,6 +1,6 @@
 //! Human labels joined to recent traces (`[labels]`).
 
-use crate::config::Problems;
+use crate::config::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
@@ -39,7 +39,7 @@ pub struct LabelsConfig {
     pub auroc_floor: f64,
 }
 
-crate::config::default_from_serde!(LabelsConfig);
+crate::config::fields::default_from_serde!(LabelsConfig);
 
 fn default_label_max_traces() -> usize {
     100_000

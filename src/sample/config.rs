@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Problems, valid_label};
+use crate::config::fields::valid_label;
+use crate::config::problems::Problems;
 use crate::dimensions::{DEFAULT_STRATUM, OTHER_STRATUM};
 use crate::window::config::WindowsConfig;
 
@@ -83,7 +84,7 @@ impl SampleConfig {
     }
 }
 
-crate::config::default_from_serde!(StrataConfig, SampleConfig);
+crate::config::fields::default_from_serde!(StrataConfig, SampleConfig);
 
 fn default_declared() -> Vec<String> {
     vec![

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Problems;
+use crate::config::problems::Problems;
 
 /// The write listener.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -137,16 +137,7 @@ fn default_max_clients() -> usize {
     10_000
 }
 
-macro_rules! default_from_serde {
-    ($($t:ty),*) => {$(
-        impl Default for $t {
-            fn default() -> Self {
-                toml::from_str("").expect("every field of this section has a default")
-            }
-        }
-    )*};
-}
-default_from_serde!(
+crate::config::fields::default_from_serde!(
     WriteConfig,
     WriteAuthConfig,
     WriteTlsConfig,

@@ -1,6 +1,6 @@
 //! Rolling windows (`[windows]`) and drift rules (`[drift]`: `DriftConfig`).
 
-use crate::config::Problems;
+use crate::config::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 mod drift;
@@ -31,7 +31,7 @@ pub struct WindowsConfig {
     pub z: f64,
 }
 
-crate::config::default_from_serde!(WindowsConfig);
+crate::config::fields::default_from_serde!(WindowsConfig);
 
 fn default_window_secs() -> Vec<u64> {
     vec![300, 3600, 86400]
