@@ -4,7 +4,7 @@
 //! # Data flow
 //! ```text
 //! Kafka topic / JSONL file / OTLP/HTTP / OTLP/gRPC
-//!   └─ source::{kafka, file, otlp, otlp_grpc}  consume; store an offset once its trace is accounted for
+//!   └─ source::{kafka, file, otlp}  consume; store an offset once its trace is accounted for
 //!       ├─ trace::otlp              OTLP spans → assembled Traces (source::SpanIngest joins offsets)
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`

@@ -10,7 +10,6 @@ mod file;
 pub(crate) mod kafka;
 mod offsets;
 mod otlp;
-mod otlp_grpc;
 mod spans;
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use super::citations::citations;
 use super::features::{Extraction, features};
 use super::index::{AnswerIndex, ContextStream, QueryIndex};
 use super::phrases::Phrases;
-use super::tokenizer::{Token, Tokenizer};
+use super::token::Token;
+use super::tokenizer::Tokenizer;
 use crate::trace::Trace;
 
 /// Buffers a worker reuses for every trace it judges.

@@ -5,7 +5,8 @@ use std::ops::Range;
 
 use super::sentences::Sentences;
 use super::sets::HashSet64;
-use super::tokenizer::{Token, Tokenizer};
+use super::token::Token;
+use super::tokenizer::Tokenizer;
 
 /// Bits of an answer set's values. `IN_CONTEXT`: the hash (token, prefix, pair or triple) occurs in
 /// the contexts. The others mark which "novel" counts a distinct answer token belongs to, and

@@ -10,7 +10,8 @@
 //! ```text
 //! Trace { query, contexts, answer }
 //!   ├─ sentences   the answer's sentences (claims)
-//!   │   └─ tokenizer   each text to content tokens: 64-bit hashes of stems and numbers, with flags
+//!   │   └─ tokenizer   each text to content tokens (token: a 64-bit hash of a stem or number, with
+//!   │       flags)
 //!   │       (scan: 64 bytes at a time; words: stopwords, stems, hashes, memoised; stopwords)
 //!   ├─ index       the answer's tokens, prefixes, pairs and triples, and the question's tokens, in
 //!   │              reusable hash sets (sets)
@@ -42,6 +43,7 @@ mod scan;
 mod sentences;
 mod sets;
 mod stopwords;
+mod token;
 mod tokenizer;
 pub mod trainer;
 mod words;

@@ -8,23 +8,8 @@
 use std::ops::Range;
 
 use super::scan::{KEEP_BYTES, load8, lower_plain8, pack_plain, plain8, word_end, word_mask};
+use super::token::Token;
 use super::words::{WordCache, WordEntry, key_hash};
-
-/// One token of text: its hash, and whether it is a number or a capitalised name in the source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Token {
-    /// Hash of the normalised form.
-    pub(crate) hash: u64,
-    /// A number (digits, after removing separators and units).
-    pub(crate) number: bool,
-    /// Capitalised in the source and not at the start of a sentence: likely a name.
-    pub(crate) name: bool,
-    /// A word of seven or more bytes, lowercased (letters, in ASCII): specific terms rather than
-    /// glue.
-    pub(crate) long: bool,
-    /// Hash of the first five characters: a cruder stem that lets morphological variants meet.
-    pub(crate) prefix: u64,
-}
 
 /// What a byte starts in the tokenizer: a number, a word (a letter or a non-ASCII byte), or the
 /// end of a clause. Which bytes continue a word is `scan::is_word_byte`'s.

@@ -5,7 +5,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::scan::pack;
 use super::stopwords::is_stopword;
-use super::tokenizer::Token;
+use super::token::Token;
 
 /// The hash of a token's normalised form (a word's stem, a number's digits).
 pub(crate) fn key_hash(key: &[u8]) -> u64 {

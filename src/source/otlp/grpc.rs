@@ -31,7 +31,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::server::{Grpc, UnaryService};
 use tonic::{Code, Status};
 
-use super::otlp::{Job, NotTaken, partial_success, submit};
+use super::handoff::{Job, NotTaken, partial_success, submit};
 use crate::metrics::Metrics;
 use crate::trace::otlp::config::TraceFormat;
 use crate::trace::otlp::decode_request;

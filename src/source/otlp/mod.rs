@@ -1,12 +1,17 @@
-//! The OTLP/HTTP receiver (`source.kind = "otlp"`): `POST /v1/traces`, on the write listener (its
-//! credentials, TLS and rate limit are the listener's), with a protobuf
-//! (`application/x-protobuf`) or JSON (`application/json`) `ExportTraceServiceRequest`, gzip or
-//! not, as OTLP/HTTP specifies. A service's OTLP exporter or a Collector's `otlphttp` exporter can
-//! push to it.
+//! The OTLP receiver (`source.kind = "otlp"`): OTLP/HTTP's `POST /v1/traces` and OTLP/gRPC's
+//! `TraceService/Export`, both on the write listener (its credentials, TLS and rate limit are the
+//! listener's), with a protobuf or JSON `ExportTraceServiceRequest`, gzip or not, as OTLP
+//! specifies. A service's OTLP exporter or a Collector's `otlphttp`, `otlp` or `loadbalancing`
+//! exporter can push to it.
 //!
-//! Handlers decode (body bounded by `otlp.max_body_bytes`, before and after gzip) and hand the
-//! request over a bounded queue to the one task that owns span assembly, which answers with what
-//! became of the spans. Answers:
+//! ```text
+//! http   POST /v1/traces ─┐  decode (bounded before and after gzip)
+//! grpc   Export ──────────┴─► handoff: bounded queue ─► this module's task: span assembly
+//! ```
+//!
+//! Handlers decode and hand the request over a bounded queue to the one task that owns span
+//! assembly, which answers with what became of the spans. Answers (HTTP; gRPC's codes are in
+//! `grpc`):
 //! - 200: the request was decoded and its spans taken into span assembly. `partialSuccess` counts
 //!   the spans not kept (invalid ids, a trace already complete, a trace over its span limit). It is
 //!   not a verdict, and not durable: the traces are judged once complete, and a process that stops
@@ -15,56 +20,26 @@
 //! - 429 with Retry-After when the queue is full, 503 with Retry-After while shutting down: the
 //!   exporter retries, as OTLP/HTTP exporters do for these codes.
 
-use std::io::Read;
+mod grpc;
+mod handoff;
+mod http;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use prost::Message;
-use tokio::sync::{mpsc, oneshot};
+use axum::http::HeaderValue;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::otlp_grpc::GrpcReceiver;
 use super::{Ingest, SourceError, SpanIngest};
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::trace::otlp::config::{OtlpConfig, TraceFormat};
-use crate::trace::otlp::{AddStats, decode_request};
+use crate::trace::otlp::config::OtlpConfig;
+use grpc::GrpcReceiver;
+use handoff::Job;
 
-/// A decoded request on its way to span assembly, and where to say what became of it.
-pub(super) struct Job {
-    request: ExportTraceServiceRequest,
-    reply: oneshot::Sender<AddStats>,
-}
-
-/// What the handlers share.
-#[derive(Clone)]
-struct Receiver {
-    jobs_tx: mpsc::Sender<Job>,
-    metrics: Arc<Metrics>,
-    max_body_bytes: usize,
-    max_spans: usize,
-    retry_after: HeaderValue,
-}
-
-/// `google.rpc.Status`, the body of an OTLP/HTTP error answer.
-#[derive(Clone, PartialEq, prost::Message)]
-struct Status {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
-
-/// The OTLP/HTTP receiver: `source.kind = "otlp"`. Its [`routes`](OtlpReceiver::routes) are served
+/// The OTLP receiver: `source.kind = "otlp"`. Its [`routes`](OtlpReceiver::routes) are served
 /// on the write listener; it feeds the requests they take to a [`SpanIngest`].
 #[derive(Debug)]
 pub(crate) struct OtlpReceiver {
@@ -87,17 +62,14 @@ impl OtlpReceiver {
             max_body_bytes: config.max_body_bytes,
             max_spans: max_spans_per_message,
         };
-        let state = Receiver {
+        let http = http::Receiver {
             jobs_tx,
             metrics,
             max_body_bytes: config.max_body_bytes,
             max_spans: max_spans_per_message,
             retry_after: HeaderValue::from(config.retry_after_secs),
         };
-        let router = Router::new()
-            .route("/v1/traces", post(export))
-            .with_state(state)
-            .merge(grpc.routes());
+        let router = http.routes().merge(grpc.routes());
         (router, OtlpReceiver { jobs_rx })
     }
 }
@@ -145,309 +117,4 @@ async fn run_otlp_source(
         "otlp receiver stopped"
     );
     Ok(taken)
-}
-
-async fn export(State(r): State<Receiver>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let outcome = |o: &str| {
-        r.metrics
-            .otlp_requests
-            .with_label_values(&["http", o])
-            .inc()
-    };
-    let Some(format) = content_format(&parts.headers) else {
-        outcome("unsupported");
-        return error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            TraceFormat::OtlpJson,
-            "Content-Type must be application/x-protobuf or application/json",
-        );
-    };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > r.max_body_bytes) {
-        outcome("too_large");
-        return too_large(format, r.max_body_bytes);
-    }
-    let raw = match axum::body::to_bytes(Body::new(body), r.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
-            outcome("too_large");
-            return too_large(format, r.max_body_bytes);
-        }
-    };
-    let encoding = parts
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .unwrap_or("identity");
-    let bytes = match encoding {
-        "" | "identity" => raw.to_vec(),
-        "gzip" => match gunzip(&raw, r.max_body_bytes) {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                outcome("too_large");
-                return too_large(format, r.max_body_bytes);
-            }
-            Err(e) => {
-                outcome("bad_request");
-                return error(StatusCode::BAD_REQUEST, format, &format!("gzip: {e}"));
-            }
-        },
-        other => {
-            outcome("unsupported");
-            return error(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format,
-                &format!("Content-Encoding {other} is not supported (gzip is)"),
-            );
-        }
-    };
-    let request = if bytes.trim_ascii().is_empty() {
-        ExportTraceServiceRequest::default()
-    } else {
-        match decode_request(&bytes, format, r.max_body_bytes, r.max_spans) {
-            Ok(req) => req,
-            Err(e) => {
-                crate::events::trace_rejected(&r.metrics, &e, "otlp/http");
-                outcome("bad_request");
-                return error(StatusCode::BAD_REQUEST, format, &e.to_string());
-            }
-        }
-    };
-    let stats = match submit(&r.jobs_tx, request).await {
-        Ok(stats) => stats,
-        Err(NotTaken::Full) => {
-            outcome("throttled");
-            return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
-        }
-        Err(NotTaken::Closed) => {
-            outcome("unavailable");
-            return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
-        }
-    };
-    let partial_success = partial_success(&stats);
-    outcome(if partial_success.is_some() {
-        "partial"
-    } else {
-        "ok"
-    });
-    let body = ExportTraceServiceResponse { partial_success };
-    match format {
-        TraceFormat::OtlpJson => (
-            [(header::CONTENT_TYPE, "application/json")],
-            serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec()),
-        )
-            .into_response(),
-        _ => (
-            [(header::CONTENT_TYPE, "application/x-protobuf")],
-            body.encode_to_vec(),
-        )
-            .into_response(),
-    }
-}
-
-/// Why a decoded request was not taken into span assembly.
-pub(super) enum NotTaken {
-    /// The queue is full: the exporter should retry later.
-    Full,
-    /// The receiver is shutting down.
-    Closed,
-}
-
-/// Hands a decoded request to the task that owns span assembly and waits for what became of its
-/// spans. Never waits for queue room: a full queue is an answer the exporter retries on.
-pub(super) async fn submit(
-    jobs_tx: &mpsc::Sender<Job>,
-    request: ExportTraceServiceRequest,
-) -> Result<AddStats, NotTaken> {
-    let (reply, answer) = oneshot::channel();
-    match jobs_tx.try_send(Job { request, reply }) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => return Err(NotTaken::Full),
-        Err(mpsc::error::TrySendError::Closed(_)) => return Err(NotTaken::Closed),
-    }
-    answer.await.map_err(|_| NotTaken::Closed)
-}
-
-/// The `partialSuccess` of an answer: the spans not kept and why; `None` when all were kept.
-pub(super) fn partial_success(stats: &AddStats) -> Option<ExportTracePartialSuccess> {
-    let rejected = stats.dropped_total();
-    (rejected > 0).then(|| {
-        let [invalid, late, too_many] = stats.dropped;
-        ExportTracePartialSuccess {
-            rejected_spans: rejected as i64,
-            error_message: format!(
-                "{rejected} of {} spans not kept: {invalid} with invalid ids, {late} of traces \
-                 already complete, {too_many} over their trace's span limit",
-                stats.spans
-            ),
-        }
-    })
-}
-
-fn content_format(headers: &HeaderMap) -> Option<TraceFormat> {
-    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
-    let mime = ct.split(';').next()?.trim().to_ascii_lowercase();
-    match mime.as_str() {
-        "application/x-protobuf" | "application/protobuf" => Some(TraceFormat::OtlpProto),
-        "application/json" => Some(TraceFormat::OtlpJson),
-        _ => None,
-    }
-}
-
-/// Decompresses at most `max` bytes; `None` when there are more.
-fn gunzip(raw: &[u8], max: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(raw)
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)?;
-    Ok((out.len() <= max).then_some(out))
-}
-
-fn too_large(format: TraceFormat, max: usize) -> Response {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format,
-        &format!("body over otlp.max_body_bytes ({max} bytes)"),
-    )
-}
-
-fn retry_later(code: StatusCode, format: TraceFormat, retry_after: &HeaderValue) -> Response {
-    let mut r = error(
-        code,
-        format,
-        "ragwatch cannot take this request now; retry later",
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, retry_after.clone());
-    r
-}
-
-/// An error answer: a `google.rpc.Status` in the request's own encoding.
-fn error(code: StatusCode, format: TraceFormat, message: &str) -> Response {
-    // gRPC codes: INVALID_ARGUMENT 3, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
-    let grpc = match code {
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => 8,
-        StatusCode::SERVICE_UNAVAILABLE => 14,
-        _ => 3,
-    };
-    let status = Status {
-        code: grpc,
-        message: message.to_owned(),
-    };
-    match format {
-        TraceFormat::OtlpJson => (
-            code,
-            [(header::CONTENT_TYPE, "application/json")],
-            serde_json::json!({"code": grpc, "message": message}).to_string(),
-        )
-            .into_response(),
-        _ => (
-            code,
-            [(header::CONTENT_TYPE, "application/x-protobuf")],
-            status.encode_to_vec(),
-        )
-            .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn receiver(jobs_tx: mpsc::Sender<Job>) -> Receiver {
-        Receiver {
-            jobs_tx,
-            metrics: Arc::new(Metrics::new(&[], "test")),
-            max_body_bytes: 1000,
-            max_spans: 10,
-            retry_after: HeaderValue::from(7u64),
-        }
-    }
-
-    fn post(body: &[u8]) -> Request {
-        Request::builder()
-            .method("POST")
-            .uri("/v1/traces")
-            .header(header::CONTENT_TYPE, "application/x-protobuf")
-            .body(Body::from(body.to_vec()))
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn full_queue_is_429_and_closed_queue_503_both_with_retry_after() {
-        let (tx, rx) = mpsc::channel(1);
-        let r = receiver(tx.clone());
-        let (reply, _answer) = oneshot::channel();
-        tx.try_send(Job {
-            request: ExportTraceServiceRequest::default(),
-            reply,
-        })
-        .unwrap();
-        let resp = export(State(r.clone()), post(b"")).await;
-        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
-        drop(rx);
-        let resp = export(State(r.clone()), post(b"")).await;
-        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
-        let m = &r.metrics;
-        assert_eq!(
-            m.otlp_requests
-                .with_label_values(&["http", "throttled"])
-                .get(),
-            1
-        );
-        assert_eq!(
-            m.otlp_requests
-                .with_label_values(&["http", "unavailable"])
-                .get(),
-            1
-        );
-    }
-
-    #[tokio::test]
-    async fn an_answer_reports_the_spans_not_kept() {
-        let (tx, mut rx) = mpsc::channel::<Job>(1);
-        let r = receiver(tx);
-        tokio::spawn(async move {
-            let job = rx.recv().await.unwrap();
-            let _ = job.reply.send(AddStats {
-                spans: 3,
-                dropped: [1, 1, 0],
-                attached: 1,
-            });
-        });
-        let resp = export(State(r), post(b"")).await;
-        assert_eq!(resp.status(), StatusCode::OK);
-        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
-            .await
-            .unwrap();
-        let answer = ExportTraceServiceResponse::decode(body).unwrap();
-        let partial = answer.partial_success.unwrap();
-        assert_eq!(partial.rejected_spans, 2);
-        assert!(partial.error_message.contains("1 with invalid ids"));
-    }
-
-    #[tokio::test]
-    async fn oversized_and_gzip_bombs_are_413() {
-        let (tx, _rx) = mpsc::channel(1);
-        let r = receiver(tx);
-        let resp = export(State(r.clone()), post(&[0u8; 2000])).await;
-        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        std::io::Write::write_all(&mut gz, &[0u8; 100_000]).unwrap();
-        let bomb = gz.finish().unwrap();
-        assert!(bomb.len() < 1000);
-        let mut req = post(&bomb);
-        req.headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        let resp = export(State(r), req).await;
-        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    }
 }

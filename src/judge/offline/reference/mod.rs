@@ -16,7 +16,7 @@ use regex::Regex;
 use super::features::{Extraction, Features};
 use super::phrases::{Lexicon, Phrases};
 use super::stopwords::{MAX_STOPWORD_LEN, STOPWORDS};
-use super::tokenizer::Token;
+use super::token::Token;
 use super::words::{key_hash, prefix_hash, stem_bytes};
 use crate::judge::Citations;
 use crate::trace::Trace;

@@ -1,0 +1,54 @@
+//! The hand-off between the OTLP handlers (HTTP and gRPC) and the one task that owns span
+//! assembly: a bounded queue of decoded requests, each with the channel its answer comes back on.
+
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::trace::otlp::AddStats;
+
+/// A decoded request on its way to span assembly, and where to say what became of it.
+pub(super) struct Job {
+    pub(super) request: ExportTraceServiceRequest,
+    pub(super) reply: oneshot::Sender<AddStats>,
+}
+
+/// Why a decoded request was not taken into span assembly.
+pub(super) enum NotTaken {
+    /// The queue is full: the exporter should retry later.
+    Full,
+    /// The receiver is shutting down.
+    Closed,
+}
+
+/// Hands a decoded request to the task that owns span assembly and waits for what became of its
+/// spans. Never waits for queue room: a full queue is an answer the exporter retries on.
+pub(super) async fn submit(
+    jobs_tx: &mpsc::Sender<Job>,
+    request: ExportTraceServiceRequest,
+) -> Result<AddStats, NotTaken> {
+    let (reply, answer) = oneshot::channel();
+    match jobs_tx.try_send(Job { request, reply }) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => return Err(NotTaken::Full),
+        Err(mpsc::error::TrySendError::Closed(_)) => return Err(NotTaken::Closed),
+    }
+    answer.await.map_err(|_| NotTaken::Closed)
+}
+
+/// The `partialSuccess` of an answer: the spans not kept and why; `None` when all were kept.
+pub(super) fn partial_success(stats: &AddStats) -> Option<ExportTracePartialSuccess> {
+    let rejected = stats.dropped_total();
+    (rejected > 0).then(|| {
+        let [invalid, late, too_many] = stats.dropped;
+        ExportTracePartialSuccess {
+            rejected_spans: rejected as i64,
+            error_message: format!(
+                "{rejected} of {} spans not kept: {invalid} with invalid ids, {late} of traces \
+                 already complete, {too_many} over their trace's span limit",
+                stats.spans
+            ),
+        }
+    })
+}

@@ -1,0 +1,320 @@
+//! The OTLP/HTTP route, `POST /v1/traces`: content type and encoding checked, the body bounded by
+//! `otlp.max_body_bytes` before and after gzip, decoded, handed off, and answered in the request's
+//! own encoding (the answers are listed in the receiver's module doc).
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+use tokio::sync::mpsc;
+
+use super::handoff::{Job, NotTaken, partial_success, submit};
+use crate::metrics::Metrics;
+use crate::trace::otlp::config::TraceFormat;
+use crate::trace::otlp::decode_request;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub(super) struct Receiver {
+    pub(super) jobs_tx: mpsc::Sender<Job>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) max_body_bytes: usize,
+    pub(super) max_spans: usize,
+    pub(super) retry_after: HeaderValue,
+}
+
+impl Receiver {
+    /// The route `POST /v1/traces`.
+    pub(super) fn routes(self) -> Router {
+        Router::new()
+            .route("/v1/traces", post(export))
+            .with_state(self)
+    }
+}
+
+/// `google.rpc.Status`, the body of an OTLP/HTTP error answer.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Status {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+async fn export(State(r): State<Receiver>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let outcome = |o: &str| {
+        r.metrics
+            .otlp_requests
+            .with_label_values(&["http", o])
+            .inc()
+    };
+    let Some(format) = content_format(&parts.headers) else {
+        outcome("unsupported");
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            TraceFormat::OtlpJson,
+            "Content-Type must be application/x-protobuf or application/json",
+        );
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > r.max_body_bytes) {
+        outcome("too_large");
+        return too_large(format, r.max_body_bytes);
+    }
+    let raw = match axum::body::to_bytes(Body::new(body), r.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => {
+            outcome("too_large");
+            return too_large(format, r.max_body_bytes);
+        }
+    };
+    let encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or("identity");
+    let bytes = match encoding {
+        "" | "identity" => raw.to_vec(),
+        "gzip" => match gunzip(&raw, r.max_body_bytes) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                outcome("too_large");
+                return too_large(format, r.max_body_bytes);
+            }
+            Err(e) => {
+                outcome("bad_request");
+                return error(StatusCode::BAD_REQUEST, format, &format!("gzip: {e}"));
+            }
+        },
+        other => {
+            outcome("unsupported");
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format,
+                &format!("Content-Encoding {other} is not supported (gzip is)"),
+            );
+        }
+    };
+    let request = if bytes.trim_ascii().is_empty() {
+        ExportTraceServiceRequest::default()
+    } else {
+        match decode_request(&bytes, format, r.max_body_bytes, r.max_spans) {
+            Ok(req) => req,
+            Err(e) => {
+                crate::events::trace_rejected(&r.metrics, &e, "otlp/http");
+                outcome("bad_request");
+                return error(StatusCode::BAD_REQUEST, format, &e.to_string());
+            }
+        }
+    };
+    let stats = match submit(&r.jobs_tx, request).await {
+        Ok(stats) => stats,
+        Err(NotTaken::Full) => {
+            outcome("throttled");
+            return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
+        }
+        Err(NotTaken::Closed) => {
+            outcome("unavailable");
+            return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
+        }
+    };
+    let partial_success = partial_success(&stats);
+    outcome(if partial_success.is_some() {
+        "partial"
+    } else {
+        "ok"
+    });
+    let body = ExportTraceServiceResponse { partial_success };
+    match format {
+        TraceFormat::OtlpJson => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec()),
+        )
+            .into_response(),
+        _ => (
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            body.encode_to_vec(),
+        )
+            .into_response(),
+    }
+}
+
+fn content_format(headers: &HeaderMap) -> Option<TraceFormat> {
+    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let mime = ct.split(';').next()?.trim().to_ascii_lowercase();
+    match mime.as_str() {
+        "application/x-protobuf" | "application/protobuf" => Some(TraceFormat::OtlpProto),
+        "application/json" => Some(TraceFormat::OtlpJson),
+        _ => None,
+    }
+}
+
+/// Decompresses at most `max` bytes; `None` when there are more.
+fn gunzip(raw: &[u8], max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(raw)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok((out.len() <= max).then_some(out))
+}
+
+fn too_large(format: TraceFormat, max: usize) -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format,
+        &format!("body over otlp.max_body_bytes ({max} bytes)"),
+    )
+}
+
+fn retry_later(code: StatusCode, format: TraceFormat, retry_after: &HeaderValue) -> Response {
+    let mut r = error(
+        code,
+        format,
+        "ragwatch cannot take this request now; retry later",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, retry_after.clone());
+    r
+}
+
+/// An error answer: a `google.rpc.Status` in the request's own encoding.
+fn error(code: StatusCode, format: TraceFormat, message: &str) -> Response {
+    // gRPC codes: INVALID_ARGUMENT 3, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
+    let grpc = match code {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::SERVICE_UNAVAILABLE => 14,
+        _ => 3,
+    };
+    let status = Status {
+        code: grpc,
+        message: message.to_owned(),
+    };
+    match format {
+        TraceFormat::OtlpJson => (
+            code,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::json!({"code": grpc, "message": message}).to_string(),
+        )
+            .into_response(),
+        _ => (
+            code,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            status.encode_to_vec(),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::trace::otlp::AddStats;
+
+    fn receiver(jobs_tx: mpsc::Sender<Job>) -> Receiver {
+        Receiver {
+            jobs_tx,
+            metrics: Arc::new(Metrics::new(&[], "test")),
+            max_body_bytes: 1000,
+            max_spans: 10,
+            retry_after: HeaderValue::from(7u64),
+        }
+    }
+
+    fn post(body: &[u8]) -> Request {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/traces")
+            .header(header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Body::from(body.to_vec()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn full_queue_is_429_and_closed_queue_503_both_with_retry_after() {
+        let (tx, rx) = mpsc::channel(1);
+        let r = receiver(tx.clone());
+        let (reply, _answer) = oneshot::channel();
+        tx.try_send(Job {
+            request: ExportTraceServiceRequest::default(),
+            reply,
+        })
+        .unwrap();
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        drop(rx);
+        let resp = export(State(r.clone()), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        let m = &r.metrics;
+        assert_eq!(
+            m.otlp_requests
+                .with_label_values(&["http", "throttled"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            m.otlp_requests
+                .with_label_values(&["http", "unavailable"])
+                .get(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_reports_the_spans_not_kept() {
+        let (tx, mut rx) = mpsc::channel::<Job>(1);
+        let r = receiver(tx);
+        tokio::spawn(async move {
+            let job = rx.recv().await.unwrap();
+            let _ = job.reply.send(AddStats {
+                spans: 3,
+                dropped: [1, 1, 0],
+                attached: 1,
+            });
+        });
+        let resp = export(State(r), post(b"")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let answer = ExportTraceServiceResponse::decode(body).unwrap();
+        let partial = answer.partial_success.unwrap();
+        assert_eq!(partial.rejected_spans, 2);
+        assert!(partial.error_message.contains("1 with invalid ids"));
+    }
+
+    #[tokio::test]
+    async fn oversized_and_gzip_bombs_are_413() {
+        let (tx, _rx) = mpsc::channel(1);
+        let r = receiver(tx);
+        let resp = export(State(r.clone()), post(&[0u8; 2000])).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &[0u8; 100_000]).unwrap();
+        let bomb = gz.finish().unwrap();
+        assert!(bomb.len() < 1000);
+        let mut req = post(&bomb);
+        req.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let resp = export(State(r), req).await;
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+}
