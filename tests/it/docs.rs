@@ -1,5 +1,5 @@
 //! The README and the book in `docs/` held to the code: every relative link and anchor resolves,
-//! every alert has its runbook section, every config key and every exported metric family has its
+//! every repository path named in a code span exists, every alert has its runbook section, every config key and every exported metric family has its
 //! entry, the architecture page carries `src/lib.rs`'s layer map, and no development diary (work
 //! sessions, issue numbers, times of day) is left in what a user reads. No network; one test starts
 //! the binary on the bundled sample.
@@ -167,6 +167,52 @@ fn every_relative_link_and_anchor_resolves() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The inline code spans of `line`.
+fn code_spans(line: &str) -> Vec<&str> {
+    line.split('`').skip(1).step_by(2).collect()
+}
+
+/// A repository path that a code span names: it starts at one of the top-level folders, and is
+/// cut at a test name (`::`), a line number (`:`) or an anchor (`#`). Spans with spaces, globs or
+/// placeholders (`<...>`, `{...}`, `$VAR`) are commands or patterns, not paths.
+fn named_path(span: &str) -> Option<&str> {
+    const TOP: [&str; 8] = [
+        "src/", "tests/", "benches/", "deploy/", "config/", "docs/", ".ci/", "fuzz/",
+    ];
+    if !TOP.iter().any(|t| span.starts_with(t))
+        || span.contains(|c: char| c.is_whitespace() || "*<>{}$".contains(c))
+    {
+        return None;
+    }
+    let end = span.find([':', '#']).unwrap_or(span.len());
+    Some(span[..end].trim_end_matches('/'))
+}
+
+#[test]
+fn every_repository_path_named_in_the_docs_exists() {
+    let mut missing = Vec::new();
+    let mut named = 0;
+    for file in markdown() {
+        for (line, text) in prose(&read(&file)) {
+            for path in code_spans(text).into_iter().filter_map(named_path) {
+                named += 1;
+                if !root().join(path).exists() {
+                    missing.push(format!("{}:{line}: {path}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        named > 50,
+        "only {named} paths found: the span parser is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths the docs name that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
