@@ -96,11 +96,24 @@ fn audit(config: &Path, input: &Path, out: &Path, seed: u64) -> (Value, String) 
 fn gate(dir: &Path, audit: &Path, gate: &str) -> (i32, String) {
     let path = dir.join("audit-gate.toml");
     std::fs::write(&path, gate).unwrap();
+    gate_file(audit, &path)
+}
+
+/// `ragwatch gate` on `audit` with the shipped `config/gate-audit.toml`.
+fn shipped_gate(audit: &Path) -> (i32, String) {
+    gate_file(
+        audit,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/gate-audit.toml"),
+    )
+}
+
+/// `ragwatch gate` on `audit` with the gate file `gate`: its exit code and its table.
+fn gate_file(audit: &Path, gate: &Path) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
         .arg("gate")
         .arg(audit)
         .arg("--gate")
-        .arg(&path)
+        .arg(gate)
         .output()
         .unwrap();
     (
@@ -212,15 +225,8 @@ fn an_order_biased_judge_shows_the_flips() {
     assert!(table.contains("llm/auroc_low"), "{table}");
     assert!(row(&table, "llm/position_flip_share", "fail"), "{table}");
     // The shipped audit gate fails it on the same check.
-    let shipped = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("gate")
-        .arg(&out)
-        .args(["--gate", "config/gate-audit.toml"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8(shipped.stdout).unwrap();
-    assert_eq!(shipped.status.code(), Some(1), "{table}");
+    let (code, table) = shipped_gate(&out);
+    assert_eq!(code, 1, "{table}");
     assert!(row(&table, "llm/position_flip_share", "fail"), "{table}");
 }
 
@@ -247,11 +253,13 @@ fn the_development_set_audit() {
     let (a, stderr) = audit(&config, &data, &out, 1);
     eprintln!("{stderr}\n{}", serde_json::to_string_pretty(&a).unwrap());
     assert!(f(&a, "llm", "auroc") > 0.8, "{a}");
-    // The offline judge holds config/gate-audit.toml's bounds: agreement, and no length bias.
-    assert!(f(&a, "offline", "auroc_low") >= 0.72, "{a}");
-    assert!(
-        f(&a, "offline", "length_spearman_within_max_abs") <= 0.15,
-        "{a}"
-    );
-    assert!(f(&a, "offline", "verbosity_ratio") <= 0.33, "{a}");
+    // The offline judge passes the shipped audit gate's checks: agreement, and no length bias.
+    let (_, table) = shipped_gate(&out);
+    for check in [
+        "offline/auroc_low",
+        "offline/length_spearman_within_max_abs",
+        "offline/verbosity_ratio",
+    ] {
+        assert!(row(&table, check, "pass"), "{check}:\n{table}\n{a}");
+    }
 }
