@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod fields;
-pub mod problems;
+pub(crate) mod problems;
 
 pub use problems::{ConfigError, FieldProblem};
 
