@@ -11,6 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Where `cargo install` puts the tools below: $CARGO_HOME/bin, which need not be on PATH.
+cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmanager)
@@ -103,30 +106,33 @@ export RAGWATCH_TEST_GGUF="${RAGWATCH_TEST_GGUF:-$model}"
 # kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
 command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
 
-# tansu, a Kafka-protocol broker, built once and cached in ~/.cargo/bin (about ten minutes).
-if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
+# tansu, a Kafka-protocol broker, built once and cached in $CARGO_HOME/bin (about ten minutes).
+if ! command -v tansu >/dev/null && [ ! -x "$cargo_bin/tansu" ]; then
   echo "installing tansu (Kafka-protocol broker for the integration tests; ~10 minutes, once)"
   cargo install tansu --locked --features dynostore --version 0.6.0
 fi
-export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$HOME/.cargo/bin/tansu")}"
+export TANSU_BIN="${TANSU_BIN:-$(command -v tansu || echo "$cargo_bin/tansu")}"
 
 # Formatting, clippy with warnings denied, docs without warnings, the release workflow: a failure
 # here fails CI.
 tests/lint.sh
-# The manual (docs/, book.toml): mdbook from crates.io, built once and cached in ~/.cargo/bin; a
+# The manual (docs/, book.toml): mdbook from crates.io, built once and cached in $CARGO_HOME/bin; a
 # build error fails CI. tests/it/docs.rs checks its links and anchors.
-if ! command -v mdbook >/dev/null && [ ! -x "$HOME/.cargo/bin/mdbook" ]; then
+if ! command -v mdbook >/dev/null && [ ! -x "$cargo_bin/mdbook" ]; then
   echo "installing mdbook (the manual's builder; a few minutes, once)"
   cargo install mdbook --locked --version 0.5.4 --no-default-features --features search
 fi
-"$(command -v mdbook || echo "$HOME/.cargo/bin/mdbook")" build
+"$(command -v mdbook || echo "$cargo_bin/mdbook")" build
 # Supply chain: licences, banned crates and registries (deny.toml), offline. cargo-deny from
-# crates.io, built once and cached in ~/.cargo/bin.
-if ! command -v cargo-deny >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo-deny" ]; then
+# crates.io, built once and cached in $CARGO_HOME/bin. It reads the whole lockfile, the crates of
+# every platform included (Windows-only ones too), so those are fetched first: a build fetches
+# only what this platform needs, and a fresh cargo cache holds nothing else.
+if ! command -v cargo-deny >/dev/null && [ ! -x "$cargo_bin/cargo-deny" ]; then
   echo "installing cargo-deny (supply-chain checks; a few minutes, once)"
-  cargo install cargo-deny --locked
+  cargo install cargo-deny --locked --version 0.20.2
 fi
-cargo deny --offline check licenses bans sources
+cargo fetch --locked
+PATH="$PATH:$cargo_bin" cargo deny --offline check licenses bans sources
 # Release mode: the trainer reproduction test fits the offline model six times. Benchmarks run once
 # each in test mode, which checks they work without timing anything. Every integration-test tier
 # (tests/it/main.rs) is built: the installs above cover them all. The `data` tier needs the labelled

@@ -91,8 +91,10 @@ fn tansu_bin() -> PathBuf {
     if let Ok(p) = std::env::var("TANSU_BIN") {
         return p.into();
     }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let cargo = Path::new(&home).join(".cargo/bin/tansu");
+    let cargo_home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(&std::env::var("HOME").unwrap_or_default()).join(".cargo"));
+    let cargo = cargo_home.join("bin/tansu");
     if cargo.exists() {
         return cargo;
     }
