@@ -4,6 +4,11 @@
 //! The source is Kafka, a file, stdin or the OTLP/HTTP receiver; messages go to the pipeline
 //! directly (native traces) or through span assembly ([`SpanIngest`], OTLP formats).
 //!
+//! Before any source starts, the replica joins its fleet ([`Fleet`], `fleet.membership`): the
+//! peers are resolved once, and the LLM judge's budget takes its share before the first trace (and
+//! before the first canary). The share then follows the fleet: the Kafka source's partitions, or
+//! the peer watcher's answers.
+//!
 //! Shutdown (SIGTERM or SIGINT): readiness goes false; the source stops consuming; the judge queue is
 //! closed and the pool finishes queued work until `shutdown.grace_secs`, after which it abandons the
 //! rest (counted as skipped `shutdown`, offsets not stored, so redelivered); final offsets are stored
@@ -19,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::dimensions::JudgeKind;
+use crate::fleet::{Fleet, ShareRx, ShareTx, follow_share};
 use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
 use crate::judge::OfflineJudge;
@@ -79,9 +85,20 @@ pub async fn run(
         tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
     }
 
+    let mut fleet = Fleet::join(&config.fleet, Some(kind), &env, Arc::clone(&shared.metrics)).await;
     let abandon = CancellationToken::new();
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let (judges, budget, pool_judge) = sampled_judge(&config, &env, &shared, &stop).await?;
+    let (judges, budget, pool_judge) =
+        sampled_judge(&config, &env, &shared, &fleet.share_rx(), &stop).await?;
+    // Both end with `stop`, or when the source ends on its own.
+    let fleet_stop = stop.child_token();
+    let follower = tokio::spawn(follow_share(
+        fleet.share_rx(),
+        Arc::clone(&shared.metrics),
+        budget,
+        fleet_stop.clone(),
+    ));
+    let peers = fleet.spawn_peers(fleet_stop.clone());
     // The pool holds the only ack sender: when the pool ends (or there is none), the Kafka source's
     // drain sees the channel close. A sender kept here would make that drain wait forever.
     let (jobs_tx, pool) = match pool_judge {
@@ -154,11 +171,22 @@ pub async fn run(
         }
         (_, true) => {
             let mut spans = SpanIngest::new(&config, pipeline);
-            feed(&config, &env, &mut spans, &shared, ack_rx, budget, &stop).await
+            let share_tx = fleet.partitions_tx.take();
+            feed(&config, &env, &mut spans, &shared, ack_rx, share_tx, &stop).await
         }
         (_, false) => {
             let mut pipeline = pipeline;
-            feed(&config, &env, &mut pipeline, &shared, ack_rx, budget, &stop).await
+            let share_tx = fleet.partitions_tx.take();
+            feed(
+                &config,
+                &env,
+                &mut pipeline,
+                &shared,
+                ack_rx,
+                share_tx,
+                &stop,
+            )
+            .await
         }
     };
     ready.store(false, Ordering::Relaxed);
@@ -166,6 +194,7 @@ pub async fn run(
         write.shutdown().await;
     }
     labels_stop.cancel();
+    fleet_stop.cancel();
     // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
     let mut failed: Option<RunError> = None;
     let mut check = |task: &'static str, joined: Result<(), tokio::task::JoinError>| {
@@ -180,6 +209,10 @@ pub async fn run(
     if let Some(labels) = label_source {
         check("label source", labels.await);
     }
+    if let Some(peers) = peers {
+        check("peer watcher", peers.await);
+    }
+    check("budget share", follower.await);
     abandon_timer.abort();
     evaluator_stop.cancel();
     check("evaluator", evaluator.await);
@@ -192,12 +225,13 @@ pub async fn run(
 }
 
 /// The sampled judge `judge.sampled` names, with the judges whose verdicts the evaluator exports
-/// and the LLM judge's budget. The LLM judge settles its structured-output mode and starts its
-/// canaries before the first trace.
+/// and the LLM judge's budget, at this replica's share already. The LLM judge settles its
+/// structured-output mode and starts its canaries before the first trace.
 async fn sampled_judge(
     config: &Config,
     env: &HashMap<String, String>,
     shared: &Shared,
+    share: &ShareRx,
     stop: &CancellationToken,
 ) -> Result<(Vec<JudgeKind>, Option<Arc<Budget>>, Option<PoolJudge>), RunError> {
     let mut judges = vec![JudgeKind::Offline];
@@ -207,6 +241,8 @@ async fn sampled_judge(
         SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
         SampledJudge::Llm => {
             let judge = Arc::new(LlmJudge::try_new(config, env, shared.metrics.clone())?);
+            // The budget is the fleet's: this replica's share before any call, canaries included.
+            judge.budget().set_share(share.current());
             // `structured_output = "auto"`: ask the server before the first trace, so the judge
             // identity on ragwatch_judge_info is the settled one from the first scrape on.
             judge.resolve_structured_output().await;
@@ -266,7 +302,7 @@ async fn feed<I: Ingest>(
     ingest: &mut I,
     shared: &Shared,
     ack_rx: mpsc::UnboundedReceiver<crate::pipeline::Position>,
-    budget: Option<Arc<crate::judge::llm::Budget>>,
+    share_tx: Option<ShareTx>,
     stop: &CancellationToken,
 ) -> Result<(), SourceError> {
     match config.source.kind {
@@ -276,7 +312,7 @@ async fn feed<I: Ingest>(
                 env,
                 metrics: Arc::clone(&shared.metrics),
                 acks: ack_rx,
-                budget,
+                share_tx,
             };
             source.run(ingest, stop).await.map(|_| ())
         }

@@ -26,6 +26,7 @@
 //! ```text
 //! app, http, replay, gate, fuzzing, rules  entry points and wiring
 //! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
+//! fleet                                this replica's share of the fleet; the budget follows it
 //! pipeline                             one message from bytes to the recorder; the judge pool
 //! recorder                             verdicts into metrics and windows; the evaluator
 //! events                               log-and-count call sites
@@ -72,6 +73,10 @@
 //! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
 //!   same-family count too); the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
+//! - [`fleet`]: fleet membership (`[fleet]`): this replica's share of the judge budget, sent on a
+//!   watch channel by the Kafka source (its partitions), the peer watcher (the ready replicas a
+//!   headless Service resolves to) or the config (a fixed number of replicas), and followed by the
+//!   LLM judge's budget and `ragwatch_budget_share_ratio`.
 //! - [`source`]: Kafka consumer group, JSONL file/stdin and OTLP/HTTP sources; per-partition offset
 //!   tracking, through span assembly for OTLP.
 //! - `http`: the admin server.
@@ -89,6 +94,7 @@ pub mod config;
 pub mod dimensions;
 pub mod eval;
 pub(crate) mod events;
+pub mod fleet;
 pub mod fuzzing;
 pub mod gate;
 pub(crate) mod http;

@@ -136,6 +136,10 @@ pub struct Metrics {
     pub(crate) budget_remaining: Gauge,
     /// This replica's share of the fleet's judge budget.
     pub(crate) budget_share: Gauge,
+    /// Resolutions of `fleet.peers`, by outcome (`ok`, `failed`, `empty`).
+    pub(crate) fleet_peer_lookups: IntCounterVec,
+    /// Replicas the share is computed from (`fleet.membership` peers or replicas).
+    pub(crate) fleet_peers: IntGauge,
     /// Share of canary traces on which the judge agrees with the label, at the last canary run.
     pub(crate) canary_agreement: Gauge,
     /// Sampled traces waiting for a judge.
@@ -248,6 +252,10 @@ pub(crate) const OTLP_OUTCOMES: [&str; 7] = [
     "throttled",
     "unavailable",
 ];
+
+/// Outcomes of a resolution of `fleet.peers`; label values of
+/// `ragwatch_fleet_peer_lookups_total{outcome}`. `empty`: the name exists with no address.
+pub(crate) const FLEET_LOOKUP_OUTCOMES: [&str; 3] = ["ok", "failed", "empty"];
 
 /// Why an assembled trace is not judged; label values of `ragwatch_traces_unjudged_total`.
 /// `not_rag`: neither a retrieval nor a model call (an index being built); `no_retrieval`: no
@@ -555,7 +563,20 @@ impl Metrics {
                 &r,
                 Gauge::new(
                     "ragwatch_budget_share_ratio",
-                    "This replica's share of the fleet's judge budget (its share of the partitions).",
+                    "This replica's share of the fleet's judge budget (fleet.membership: its share of the partitions, or one over the replicas).",
+                ),
+            ),
+            fleet_peer_lookups: counter(
+                &r,
+                "ragwatch_fleet_peer_lookups_total",
+                "Resolutions of fleet.peers, by outcome (ok, failed, empty); failed and empty keep the last budget share.",
+                &["outcome"],
+            ),
+            fleet_peers: single(
+                &r,
+                IntGauge::new(
+                    "ragwatch_fleet_peers",
+                    "Replicas this replica's budget share is computed from (fleet.membership peers or replicas; 0 with partitions).",
                 ),
             ),
             canary_agreement: single(
@@ -779,6 +800,9 @@ impl Metrics {
         }
         for trigger in crate::trace::otlp::Trigger::ALL {
             self.traces_assembled.with_label_values(&[trigger.as_str()]);
+        }
+        for outcome in FLEET_LOOKUP_OUTCOMES {
+            self.fleet_peer_lookups.with_label_values(&[outcome]);
         }
         for protocol in OTLP_PROTOCOLS {
             for outcome in OTLP_OUTCOMES {

@@ -23,6 +23,7 @@ use fields::default_from_serde;
 use problems::Problems;
 
 use crate::audit::config::AuditConfig;
+use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
 use crate::judge::config::{JudgeConfig, SampledJudge};
@@ -71,6 +72,9 @@ pub struct Config {
     /// The LLM judge's budget for the whole fleet.
     #[serde(default)]
     pub budget: BudgetConfig,
+    /// How this replica learns its share of that budget.
+    #[serde(default)]
+    pub fleet: FleetConfig,
     /// The admin HTTP server (`/metrics`, `/livez`, `/readyz`): read-only.
     #[serde(default)]
     pub http: HttpConfig,
@@ -197,6 +201,7 @@ impl Config {
         self.sample.validate(&self.strata, &mut p);
         self.judge.validate(&mut p);
         self.budget.validate(&mut p);
+        self.fleet.validate(self.source.kind, &mut p);
         self.windows.validate(&mut p);
         self.validate_drift(&mut p);
         self.llm

@@ -191,21 +191,53 @@ fn every_values_file_renders_validates_and_configures_ragwatch() {
             effective.contains(&format!("[source]\nkind = \"{kind}\"")),
             "{name}: {effective}"
         );
+        let objects = objects(&manifest);
+        let headless = |suffix: &str| -> Vec<&Value> {
+            objects
+                .iter()
+                .filter(|o| {
+                    o["kind"] == "Service"
+                        && o["spec"]["clusterIP"] == "None"
+                        && o["metadata"]["name"].as_str().unwrap().ends_with(suffix)
+                })
+                .collect()
+        };
+        // The peers Service, with or without OTLP: ready pods only, no port to scrape or call.
+        let peers = headless("-peers");
+        assert_eq!(peers.len(), 1, "{name}: one peers Service");
+        assert_eq!(
+            peers[0]["spec"]["publishNotReadyAddresses"], false,
+            "{name}"
+        );
+        assert!(peers[0]["spec"].get("ports").is_none(), "{name}");
+        let peers_name = format!(
+            "{}.rag.svc.cluster.local",
+            peers[0]["metadata"]["name"].as_str().unwrap()
+        );
         if otlp {
             assert!(effective.contains("format = \"otlp_proto\""), "{name}");
-            let objects = objects(&manifest);
-            let headless: Vec<&Value> = objects
-                .iter()
-                .filter(|o| o["kind"] == "Service" && o["spec"]["clusterIP"] == "None")
-                .collect();
-            assert_eq!(headless.len(), 1, "{name}: one headless Service");
+            let otlp_services = headless("-otlp");
+            assert_eq!(otlp_services.len(), 1, "{name}: one headless OTLP Service");
             assert!(
-                headless[0]["spec"]["ports"]
+                otlp_services[0]["spec"]["ports"]
                     .as_array()
                     .unwrap()
                     .iter()
                     .any(|p| p["port"] == 4318),
                 "{name}"
+            );
+            assert_eq!(
+                workload["env"]["RAGWATCH__FLEET__PEERS"], peers_name,
+                "{name}: each replica counts the peers Service's ready pods"
+            );
+            assert!(
+                effective.contains(&format!("peers = \"{peers_name}\"")),
+                "{name}: {effective}"
+            );
+        } else {
+            assert!(
+                workload["env"].get("RAGWATCH__FLEET__PEERS").is_none(),
+                "{name}: a Kafka replica's share is its partitions"
             );
         }
     }

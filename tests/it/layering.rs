@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["events"],
     &["recorder"],
     &["pipeline"],
+    &["fleet"],
     &["source"],
     &["http", "app", "replay", "gate", "fuzzing", "rules"],
 ];

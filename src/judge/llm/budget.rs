@@ -1,15 +1,23 @@
 //! The judge budget: enforced before a call is made, never after.
 //!
-//! Three limits, all scaled by this replica's share of the fleet (its share of the topic's
-//! partitions), so adding replicas does not multiply spend:
-//! - requests per minute, a governor rate limiter;
-//! - tokens per minute and per day, token buckets charged with an upper-bound estimate before each
-//!   call (prompt characters / 3 + the `max_tokens` sent) and refunded with the difference once the
-//!   API reports its usage. Since the estimate bounds the real cost, the spend never exceeds the limit.
+//! Three limits, all scaled by this replica's share of the fleet (`fleet.membership`: its share of
+//! the topic's partitions, or one over the replicas), so adding replicas does not multiply spend:
+//! - requests per minute;
+//! - tokens per minute and per day, charged with an upper-bound estimate before each call (prompt
+//!   characters / 3 + the `max_tokens` sent) and refunded with the difference once the API reports
+//!   its usage. Since the estimate bounds the real cost, the spend never exceeds the limit.
+//!
+//! Each limit is a token bucket refilled continuously (a request is one token), holding at most one
+//! period's worth of this replica's share. A fresh budget is full at a share of 1; the wiring sets
+//! the share before the first trace. A new share never adds tokens: a bucket that grows keeps what
+//! it holds and refills towards its new capacity at the new rate, one that shrinks keeps at most
+//! its new capacity. So neither a start nor a rescale lets a replica hold more than its share of
+//! a period, and the buckets of a fleet whose shares add up to 1 hold at most the fleet's.
 //!
 //! A `reserve_ratio` of every limit is kept for priority calls (each stratum's guaranteed samples):
 //! ordinary calls stop where the reserve starts, so head traffic cannot spend the budget that small
-//! strata need to be judged in every window.
+//! strata need to be judged in every window. For requests the reserve is a rate: ordinary requests
+//! also pass a bucket of their own, refilled at the limit less the reserve.
 //!
 //! Generic over the clock so tests drive time with governor's fake clock.
 
@@ -17,13 +25,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock, Reference};
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 
 use crate::judge::llm::config::BudgetConfig;
 
-type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+/// Rounding slack when a bucket is compared with what a call needs: a bucket refilled to exactly
+/// one request must admit it.
+const EPSILON: f64 = 1e-9;
 
 /// A token bucket refilled continuously.
 #[derive(Debug, Clone, Copy)]
@@ -50,12 +57,30 @@ impl Bucket {
         self.last = now;
     }
 
+    /// A new capacity (and rate) for a new share. It never adds tokens: growing, the bucket keeps
+    /// what it holds and refills at the new rate; shrinking, it keeps at most the new capacity.
+    /// (Scaling what is left with the capacity would hand a replica whose share grows part of
+    /// the new capacity at once, a burst the other replicas' spend has not made room for.)
     fn rescale(&mut self, capacity: f64, period: Duration, now: Duration) {
         self.refill(now);
-        let used = self.capacity - self.tokens;
         self.capacity = capacity;
         self.per_sec = capacity / period.as_secs_f64();
-        self.tokens = (capacity - used).min(capacity);
+        self.tokens = self.tokens.min(capacity);
+    }
+
+    /// Whether `need` fits above `floor` now, else how long until it does, or `Never` when it
+    /// cannot fit even in a full bucket.
+    fn admits(&self, need: f64, floor: f64) -> Result<(), OverBudget> {
+        if need > self.capacity - floor + EPSILON {
+            return Err(OverBudget::Never);
+        }
+        let short = floor + need - self.tokens;
+        if short <= EPSILON {
+            return Ok(());
+        }
+        Err(OverBudget::Later(Duration::from_secs_f64(
+            short / self.per_sec,
+        )))
     }
 }
 
@@ -67,6 +92,16 @@ pub(crate) enum OverBudget {
     /// Waiting a minute will not help: the daily budget cannot cover it, the call is larger than a
     /// minute's tokens, or this replica has no share.
     Never,
+}
+
+impl OverBudget {
+    /// The longer wait of two refusals; `Never` wins.
+    fn max(self, other: OverBudget) -> OverBudget {
+        match (self, other) {
+            (OverBudget::Later(a), OverBudget::Later(b)) => OverBudget::Later(a.max(b)),
+            _ => OverBudget::Never,
+        }
+    }
 }
 
 /// What a successful `try_charge` took, to be reconciled with the real usage.
@@ -81,15 +116,15 @@ pub struct Budget<C: Clock = DefaultClock> {
     clock: C,
     start: C::Instant,
     config: BudgetConfig,
-    state: Mutex<State<C>>,
+    state: Mutex<State>,
 }
 
-struct State<C: Clock> {
+struct State {
     share: f64,
     /// All requests, priority or not.
-    requests: Option<Limiter<C>>,
+    requests: Bucket,
     /// Ordinary requests: the limit less the reserve.
-    open_requests: Option<Limiter<C>>,
+    open_requests: Bucket,
     minute: Bucket,
     day: Bucket,
 }
@@ -106,7 +141,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);
 
 impl Budget<DefaultClock> {
-    /// A budget on the real clock, with a share of 1 until the source says otherwise.
+    /// A budget on the real clock, with a share of 1 until the fleet says otherwise.
     pub fn new(config: &BudgetConfig) -> Self {
         Self::with_clock(config, DefaultClock::default())
     }
@@ -116,14 +151,11 @@ impl<C: Clock + Clone> Budget<C> {
     /// A budget on `clock`.
     pub(crate) fn with_clock(config: &BudgetConfig, clock: C) -> Self {
         let start = clock.now();
+        let rpm = f64::from(config.requests_per_minute);
         let state = State {
             share: 1.0,
-            requests: limiter(config.requests_per_minute, 1.0, clock.clone()),
-            open_requests: limiter(
-                config.requests_per_minute,
-                1.0 - config.reserve_ratio,
-                clock.clone(),
-            ),
+            requests: Bucket::new(rpm, MINUTE),
+            open_requests: Bucket::new(rpm * (1.0 - config.reserve_ratio), MINUTE),
             minute: Bucket::new(config.tokens_per_minute as f64, MINUTE),
             day: Bucket::new(config.tokens_per_day as f64, DAY),
         };
@@ -139,7 +171,8 @@ impl<C: Clock + Clone> Budget<C> {
         Duration::from(self.clock.now().duration_since(self.start))
     }
 
-    /// Sets this replica's share of the fleet's budget (assigned partitions / all partitions).
+    /// Sets this replica's share of the fleet's budget (`fleet.membership`). Tokens and requests
+    /// already spent stay spent; a larger share refills faster but adds nothing at once.
     pub(crate) fn set_share(&self, share: f64) {
         let share = if share.is_finite() {
             share.clamp(0.0, 1.0)
@@ -152,12 +185,10 @@ impl<C: Clock + Clone> Budget<C> {
             return;
         }
         s.share = share;
-        s.requests = limiter(self.config.requests_per_minute, share, self.clock.clone());
-        s.open_requests = limiter(
-            self.config.requests_per_minute,
-            share * (1.0 - self.config.reserve_ratio),
-            self.clock.clone(),
-        );
+        let rpm = f64::from(self.config.requests_per_minute);
+        s.requests.rescale(rpm * share, MINUTE, now);
+        s.open_requests
+            .rescale(rpm * share * (1.0 - self.config.reserve_ratio), MINUTE, now);
         s.minute
             .rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
         s.day
@@ -184,9 +215,16 @@ impl<C: Clock + Clone> Budget<C> {
         priority: bool,
     ) -> Result<Charge, OverBudget> {
         let now = self.now();
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.minute.refill(now);
-        s.day.refill(now);
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut *guard;
+        for b in [
+            &mut s.minute,
+            &mut s.day,
+            &mut s.requests,
+            &mut s.open_requests,
+        ] {
+            b.refill(now);
+        }
         let need = estimate as f64;
         let keep = if priority {
             0.0
@@ -196,29 +234,23 @@ impl<C: Clock + Clone> Budget<C> {
         if s.day.tokens - need < keep * s.day.capacity {
             return Err(OverBudget::Never);
         }
-        let minute_floor = keep * s.minute.capacity;
-        if need > s.minute.capacity - minute_floor {
-            return Err(OverBudget::Never);
-        }
-        if s.minute.tokens - need < minute_floor {
-            let short = minute_floor + need - s.minute.tokens;
-            return Err(OverBudget::Later(Duration::from_secs_f64(
-                short / s.minute.per_sec,
-            )));
-        }
-        // An ordinary call passes the open limiter first; a cell it takes there while the total
-        // limiter then refuses only errs towards spending less.
-        let clock_now = self.clock.now();
-        let wait = |l: &Option<Limiter<C>>| match l {
-            None => Err(OverBudget::Never),
-            Some(l) => l
-                .check()
-                .map_err(|not_until| OverBudget::Later(not_until.wait_time_from(clock_now))),
+        s.minute.admits(need, keep * s.minute.capacity)?;
+        // Nothing is taken unless every limit admits the call.
+        let requests = s.requests.admits(1.0, 0.0);
+        let open = if priority {
+            Ok(())
+        } else {
+            s.open_requests.admits(1.0, 0.0)
         };
-        if !priority {
-            wait(&s.open_requests)?;
+        match (requests, open) {
+            (Ok(()), Ok(())) => {}
+            (Err(a), Err(b)) => return Err(a.max(b)),
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => return Err(e),
         }
-        wait(&s.requests)?;
+        s.requests.tokens -= 1.0;
+        if !priority {
+            s.open_requests.tokens -= 1.0;
+        }
         s.minute.tokens -= need;
         s.day.tokens -= need;
         Ok(Charge { tokens: estimate })
@@ -244,12 +276,6 @@ impl<C: Clock + Clone> Budget<C> {
         s.day.refill(now);
         s.minute.tokens.min(s.day.tokens).max(0.0)
     }
-}
-
-fn limiter<C: Clock + Clone>(per_minute: u32, share: f64, clock: C) -> Option<Limiter<C>> {
-    let n = (per_minute as f64 * share).floor() as u32;
-    let n = std::num::NonZeroU32::new(n)?;
-    Some(RateLimiter::direct_with_clock(Quota::per_minute(n), clock))
 }
 
 #[cfg(test)]
@@ -526,5 +552,156 @@ mod tests {
         let elapsed_min = 20_000.0 * 0.05 / 60.0;
         assert!(used as f64 <= 5_000.0 * (elapsed_min + 1.0), "used {used}");
         assert!(used > 0);
+    }
+
+    /// Saturating demand on `budgets` for `secs` seconds, in steps of 100 ms: at every step each
+    /// budget takes calls of `estimate` tokens until it refuses, each billed at 60 % of its
+    /// estimate. Returns the tokens billed by each second's end, summed over the budgets.
+    fn saturate(
+        clock: &FakeRelativeClock,
+        budgets: &[&Budget<FakeRelativeClock>],
+        secs: usize,
+        estimate: u64,
+    ) -> Vec<u64> {
+        let mut billed = 0;
+        let mut by_second = Vec::with_capacity(secs);
+        for step in 1..=secs * 10 {
+            for b in budgets {
+                while let Some(c) = b.try_charge(estimate, false) {
+                    let actual = estimate * 6 / 10;
+                    b.reconcile(c, actual);
+                    billed += actual;
+                }
+            }
+            clock.advance(Duration::from_millis(100));
+            if step % 10 == 0 {
+                by_second.push(billed);
+            }
+        }
+        by_second
+    }
+
+    /// Tokens billed per minute from second `from` to the end of `billed`.
+    fn rate_from(billed: &[u64], from: usize) -> f64 {
+        let end = billed.len();
+        (billed[end - 1] - billed[from - 1]) as f64 * 60.0 / (end - from) as f64
+    }
+
+    fn within(got: f64, want: f64, tolerance: f64) -> bool {
+        (got - want).abs() <= tolerance * want
+    }
+
+    /// Three replicas at a third each, flooded for ten minutes: together they spend the fleet's
+    /// tokens per minute, plus the one minute's worth their full buckets start with.
+    #[test]
+    fn three_replicas_at_a_third_spend_the_fleets_tokens_per_minute() {
+        const TPM: u64 = 60_000;
+        let clock = FakeRelativeClock::default();
+        let budgets: Vec<_> = (0..3)
+            .map(|_| Budget::with_clock(&config(100_000, TPM, 1_000_000_000), clock.clone()))
+            .collect();
+        for b in &budgets {
+            b.set_share(1.0 / 3.0);
+        }
+        let refs: Vec<_> = budgets.iter().collect();
+        let billed = saturate(&clock, &refs, 600, 400);
+        let total = *billed.last().unwrap() as f64;
+        assert!(
+            total <= (TPM * 11) as f64,
+            "ten minutes and one burst: {total}"
+        );
+        let steady = rate_from(&billed, 60);
+        assert!(
+            within(steady, TPM as f64, 0.05),
+            "{steady} tokens a minute after the first minute, against {TPM}"
+        );
+    }
+
+    /// A fleet of three loses one replica, then gains two: after each change the replicas' new
+    /// shares (1/2, then 1/4) add up to the fleet's budget again. A larger share adds no tokens at
+    /// once, so the change itself is no burst; new replicas bring the minute of their share their
+    /// full buckets start with.
+    #[test]
+    fn resharing_three_two_four_keeps_the_fleet_within_its_budget() {
+        const TPM: u64 = 60_000;
+        let clock = FakeRelativeClock::default();
+        let budget = || {
+            Budget::with_clock(
+                &BudgetConfig {
+                    reserve_ratio: 0.2,
+                    ..config(100_000, TPM, 1_000_000_000)
+                },
+                clock.clone(),
+            )
+        };
+        let (a, b, c) = (budget(), budget(), budget());
+        for x in [&a, &b, &c] {
+            x.set_share(1.0 / 3.0);
+        }
+        let three = saturate(&clock, &[&a, &b, &c], 180, 400);
+        let rate = rate_from(&three, 60);
+        assert!(within(rate, TPM as f64, 0.05), "three replicas: {rate}");
+
+        drop(c);
+        for x in [&a, &b] {
+            x.set_share(0.5);
+        }
+        let two = saturate(&clock, &[&a, &b], 180, 400);
+        let rate = rate_from(&two, 60);
+        assert!(within(rate, TPM as f64, 0.05), "two replicas: {rate}");
+        let whole = *two.last().unwrap() as f64;
+        assert!(
+            whole <= 3.0 * TPM as f64 * 1.02,
+            "growing shares add no tokens at once: {whole} in three minutes"
+        );
+
+        let (d, e) = (budget(), budget());
+        for x in [&a, &b, &d, &e] {
+            x.set_share(0.25);
+        }
+        let four = saturate(&clock, &[&a, &b, &d, &e], 180, 400);
+        let rate = rate_from(&four, 60);
+        assert!(within(rate, TPM as f64, 0.05), "four replicas: {rate}");
+        let whole = *four.last().unwrap() as f64;
+        assert!(
+            whole <= (3.0 + 0.5) * TPM as f64 * 1.02,
+            "three minutes and the new replicas' full buckets: {whole}"
+        );
+    }
+
+    /// A larger share refills faster but grants nothing at once; a smaller one keeps at most its
+    /// own period's worth.
+    #[test]
+    fn a_new_share_never_grants_a_burst() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(60, 1_000_000, 1_000_000_000), clock.clone());
+        b.set_share(1.0 / 3.0);
+        assert_eq!(admitted(&b, 1), 20, "a third of 60 requests");
+        b.set_share(0.5);
+        assert_eq!(
+            admitted(&b, 1),
+            0,
+            "no burst of requests when the share grows"
+        );
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            admitted(&b, 1),
+            1,
+            "one request a second at half of 60 a minute"
+        );
+        clock.advance(Duration::from_secs(120));
+        assert_eq!(admitted(&b, 1), 30);
+
+        let b = Budget::with_clock(&config(1000, 1200, 1_000_000_000), clock.clone());
+        b.set_share(1.0 / 3.0);
+        assert_eq!(
+            admitted(&b, 100),
+            4,
+            "a fresh budget holds a third of the minute"
+        );
+        b.set_share(1.0);
+        assert_eq!(admitted(&b, 100), 0, "and no more when its share grows");
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(admitted(&b, 100), 6, "half a minute at the whole rate");
     }
 }

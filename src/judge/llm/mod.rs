@@ -419,7 +419,7 @@ impl LlmJudge {
         }
     }
 
-    /// The budget, so the source can set this replica's share.
+    /// The budget, whose share of the fleet `fleet::follow_share` sets.
     pub fn budget(&self) -> &Arc<Budget> {
         &self.budget
     }

@@ -25,7 +25,8 @@
 //!    next owner (at-least-once) and its late acks are ignored.
 //! 2. Assign. The loop tracks the partitions afresh, from the committed offset. A blocking task
 //!    (`spawn_blocking`) asks the broker how many partitions the topics have; when the answer comes
-//!    back the loop sets the judge budget share (held / all) and `ragwatch_kafka_topic_partitions`.
+//!    back the loop sends this replica's share of the fleet (held / all, [`crate::fleet::ShareTx`];
+//!    the judge side rescales its budget) and sets `ragwatch_kafka_topic_partitions`.
 //! 3. Shutdown. The final synchronous commit and the consumer's close (which leaves the group when
 //!    membership is dynamic) run on a blocking thread too.
 //!
@@ -55,7 +56,7 @@ use tokio_util::sync::CancellationToken;
 use super::offsets::OffsetTracker;
 use super::{Ingest, SourceError};
 use crate::events::LogLimiter;
-use crate::judge::llm::Budget;
+use crate::fleet::ShareTx;
 use crate::metrics::Metrics;
 use crate::pipeline::{Disposition, Position};
 use crate::recorder::Shared;
@@ -346,22 +347,19 @@ fn count_partitions(
     });
 }
 
-/// The judge budget is for the fleet: this replica spends the share of partitions it holds.
-fn apply_share(membership: &Membership, metrics: &Metrics, budget: Option<&Budget>) {
-    let Some(share) = membership.share() else {
+/// The judge budget is for the fleet (`fleet.membership = "partitions"`): this replica spends the
+/// share of partitions it holds.
+fn send_share(membership: &Membership, share_tx: Option<&ShareTx>) {
+    let (Some(share), Some(tx)) = (membership.share(), share_tx) else {
         return;
     };
-    if (metrics.budget_share.get() - share).abs() > 1e-9 {
+    if tx.send(share) {
         tracing::info!(
             held = membership.held.len(),
             total = membership.topic_partitions,
             share,
-            "judge budget share"
+            "partition share"
         );
-    }
-    metrics.budget_share.set(share);
-    if let Some(b) = budget {
-        b.set_share(share);
     }
 }
 
@@ -376,8 +374,8 @@ pub(crate) struct KafkaSource<'a> {
     pub metrics: Arc<Metrics>,
     /// Positions the sampled judge is done with.
     pub acks: mpsc::UnboundedReceiver<Position>,
-    /// The LLM judge's budget, whose share follows this replica's partitions.
-    pub budget: Option<Arc<Budget>>,
+    /// Where this replica's share of the partitions goes (`fleet.membership = "partitions"`).
+    pub share_tx: Option<ShareTx>,
 }
 
 impl<I: Ingest> super::Source<I> for KafkaSource<'_> {
@@ -392,7 +390,7 @@ impl<I: Ingest> super::Source<I> for KafkaSource<'_> {
             ingest,
             self.metrics,
             self.acks,
-            self.budget,
+            self.share_tx,
             stop,
         )
     }
@@ -409,7 +407,7 @@ async fn run_kafka_source<I: Ingest>(
     pipeline: &mut I,
     metrics: Arc<Metrics>,
     mut ack_rx: mpsc::UnboundedReceiver<Position>,
-    budget: Option<Arc<Budget>>,
+    share_tx: Option<ShareTx>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
     let (consumer, mut assignment_rx, instance_id) =
@@ -467,7 +465,7 @@ async fn run_kafka_source<I: Ingest>(
                     }
                 }
                 membership.publish(&metrics, now);
-                apply_share(&membership, &metrics, budget.as_deref());
+                send_share(&membership, share_tx.as_ref());
             },
             Some(count) = count_rx.recv() => {
                 counting = false;
@@ -475,11 +473,11 @@ async fn run_kafka_source<I: Ingest>(
                     Ok(n) => {
                         membership.topic_partitions = Some(n);
                         membership.publish(&metrics, Instant::now());
-                        apply_share(&membership, &metrics, budget.as_deref());
+                        send_share(&membership, share_tx.as_ref());
                     }
                     Err(e) => {
                         count_stale = true;
-                        tracing::warn!(error = %e, "cannot read the topics' partition count; keeping budget share");
+                        tracing::warn!(error = %e, "cannot read the topics' partition count; keeping the partition share");
                     }
                 }
             },

@@ -385,10 +385,29 @@ impl Ragwatch {
 
     /// The same with another ragwatch binary (an older build, to compare).
     pub fn start_bin(bin: &Path, config: &Path, env: &[(&str, String)]) -> Ragwatch {
+        Self::start_command(Command::new(bin), config, env)
+    }
+
+    /// [`Ragwatch::start`] through `wrapper`, a program and its arguments that end by running
+    /// the command after them (e.g. `unshare -m sh -c '...; exec "$@"' sh`): ragwatch's binary and
+    /// its arguments follow, and the process keeps the environment given here.
+    pub fn start_wrapped(wrapper: &[&str], config: &Path, env: &[(&str, String)]) -> Ragwatch {
+        let mut all = vec![
+            ("RAGWATCH__WRITE__LISTEN", "127.0.0.1:0".to_owned()),
+            ("RAGWATCH_WRITE_TOKENS", WRITE_TOKEN.to_owned()),
+        ];
+        all.extend(env.iter().cloned());
+        let mut cmd = Command::new(wrapper[0]);
+        cmd.args(&wrapper[1..]).arg(env!("CARGO_BIN_EXE_ragwatch"));
+        Self::start_command(cmd, config, &all)
+    }
+
+    /// `cmd` (ragwatch's binary, or a wrapper ending in it) with `run --config` and the harness's
+    /// environment: admin and write listeners on port 0, their addresses in files.
+    fn start_command(mut cmd: Command, config: &Path, env: &[(&str, String)]) -> Ragwatch {
         let dir = tempfile::tempdir().unwrap();
         let port_file = dir.path().join("addr");
         let log = dir.path().join("ragwatch.log");
-        let mut cmd = Command::new(bin);
         cmd.arg("run")
             .arg("--config")
             .arg(config)

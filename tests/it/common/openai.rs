@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -74,8 +74,19 @@ pub fn format_kind(body: &Value) -> &'static str {
     }
 }
 
+/// One billed request, as a provider's usage log has it: when it arrived, and the tokens it billed.
+#[derive(Debug, Clone, Copy)]
+pub struct Billed {
+    pub arrived: Instant,
+    pub tokens: u64,
+    /// A chat completion (else an embeddings request).
+    pub chat: bool,
+}
+
 #[derive(Default)]
 pub struct ServerState {
+    /// Every billed request, in the order billed.
+    pub billing: Mutex<Vec<Billed>>,
     pub faults: Mutex<VecDeque<Fault>>,
     /// A fault applied to every request while set.
     pub always: Mutex<Option<Fault>>,
@@ -194,6 +205,11 @@ impl FakeOpenAi {
 
     pub fn embedding_requests(&self) -> u64 {
         self.state.embedding_requests.load(Ordering::SeqCst)
+    }
+
+    /// The billed requests so far, each with its arrival time and billed tokens.
+    pub fn billing(&self) -> Vec<Billed> {
+        self.state.billing.lock().unwrap().clone()
     }
 
     /// Refuses `response_format` of these kinds with `status` (400 as OpenAI and vLLM do, 422 as
@@ -336,6 +352,7 @@ async fn chat(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    let arrived = Instant::now();
     state.chat_requests.fetch_add(1, Ordering::SeqCst);
     *state.last_auth.lock().unwrap() = headers
         .get("authorization")
@@ -476,10 +493,14 @@ async fn chat(
         })
         .unwrap_or(0);
     let usage = json!({"prompt_tokens": sent / 4, "completion_tokens": content.len() / 4});
-    state.tokens_billed.fetch_add(
-        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap(),
-        Ordering::SeqCst,
-    );
+    let billed =
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap();
+    state.tokens_billed.fetch_add(billed, Ordering::SeqCst);
+    state.billing.lock().unwrap().push(Billed {
+        arrived,
+        tokens: billed,
+        chat: true,
+    });
     let mut answer = json!({
         "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
@@ -547,6 +568,7 @@ fn base64_f32(v: &[f64]) -> String {
 }
 
 async fn embeddings(State(state): State<Arc<ServerState>>, Json(body): Json<Value>) -> Response {
+    let arrived = Instant::now();
     state.embedding_requests.fetch_add(1, Ordering::SeqCst);
     let inputs: Vec<String> = body["input"]
         .as_array()
@@ -565,6 +587,11 @@ async fn embeddings(State(state): State<Arc<ServerState>>, Json(body): Json<Valu
     state
         .tokens_billed
         .fetch_add(tokens as u64, Ordering::SeqCst);
+    state.billing.lock().unwrap().push(Billed {
+        arrived,
+        tokens: tokens as u64,
+        chat: false,
+    });
     let dim = match fault {
         Some(EmbedFault::Dimension(d)) => d,
         _ => 64,
