@@ -76,6 +76,13 @@ enum Command {
         /// One pending duration (`for:`) for every alert shipped with 5m, 10m or 15m.
         #[arg(long, value_parser = humantime::parse_duration)]
         pending: Option<std::time::Duration>,
+        /// The label that names a cluster, kept apart by every rule (shipped `cluster`).
+        #[arg(long, default_value = "cluster")]
+        cluster_label: String,
+        /// The label that names one install of ragwatch, kept apart by every rule (shipped `job`,
+        /// the scrape job).
+        #[arg(long, default_value = "job")]
+        install_label: String,
     },
     /// Validate the config and print it with environment overrides applied, secrets redacted.
     CheckConfig {
@@ -195,6 +202,8 @@ fn main() -> ExitCode {
             baseline,
             health,
             pending,
+            cluster_label,
+            install_label,
         } => {
             let windows = ragwatch::rules::Windows {
                 short,
@@ -203,7 +212,11 @@ fn main() -> ExitCode {
                 health,
                 pending,
             };
-            match ragwatch::rules::write(&root, &windows, check) {
+            let pooling = ragwatch::rules::Pooling {
+                cluster_label,
+                install_label,
+            };
+            match ragwatch::rules::write(&root, &windows, &pooling, check) {
                 Ok(stale) if check && !stale.is_empty() => {
                     eprintln!(
                         "ragwatch: not what `ragwatch rules` writes: {}",

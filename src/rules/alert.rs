@@ -1,5 +1,6 @@
 //! The rules file: the template's fixed groups with each metric's recording rules and alerts.
 
+use super::pooling::Pooling;
 use super::template::fill;
 use super::window::Windows;
 use crate::dimensions::Quality;
@@ -79,7 +80,7 @@ impl Alert {
     }
 
     /// Its rule in the `ragwatch.alerts` group.
-    fn rule(&self, windows: &Windows) -> String {
+    fn rule(&self, windows: &Windows, pooling: &Pooling) -> String {
         let m = self.metric;
         let spec = m.spec();
         let name = m.name();
@@ -115,6 +116,7 @@ impl Alert {
         let scope_comment = if in_scope { scope_comment } else { "" };
         vars.push(("scope_comment", scope_comment.to_owned()));
         vars.push(("scope", scope_clause(in_scope)));
+        vars.extend(pooling.vars());
         fill(template, &vars)
     }
 }
@@ -144,7 +146,7 @@ pub(super) fn capitalized(s: &str) -> String {
 
 fn scope_clause(in_scope_only: bool) -> String {
     if in_scope_only {
-        "\n          unless on (namespace, stratum) ragwatch_stratum_info{scope=\"out_of_scope\"}"
+        "\n          unless on (@@pool@@, stratum) ragwatch_stratum_info{scope=\"out_of_scope\"}"
             .to_owned()
     } else {
         String::new()
@@ -157,9 +159,10 @@ fn stem(m: Quality) -> &'static str {
     h.strip_prefix("ragwatch_").unwrap_or(h)
 }
 
-/// The rules file with `windows`.
-pub(super) fn rules_yaml(windows: &Windows) -> String {
-    let vars = windows.vars();
+/// The rules file with `windows`, pooled over `pooling`'s labels.
+pub(super) fn rules_yaml(windows: &Windows, pooling: &Pooling) -> String {
+    let mut vars = windows.vars();
+    vars.extend(pooling.vars());
     let mut deltas = String::new();
     let mut means = String::new();
     let mut combined = String::new();
@@ -174,11 +177,11 @@ pub(super) fn rules_yaml(windows: &Windows) -> String {
             ("1h", "@@middle_sum@@"),
             ("24h", "@@baseline_sum@@"),
         ] {
-            means.push_str(&format!("      - record: ragwatch:{name}:mean_{window}\n        expr: sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_sum:delta[{sum}])) / sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[{sum}]))\n",
+            means.push_str(&format!("      - record: ragwatch:{name}:mean_{window}\n        expr: sum by (@@pool@@, stratum, judge) (sum_over_time(ragwatch:{s}_sum:delta[{sum}])) / sum by (@@pool@@, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[{sum}]))\n",
                 name = m.name(),
                 s = stem(m),));
         }
-        means.push_str(&format!("      - record: ragwatch:{name}:samples_5m\n        expr: sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[@@short_sum@@]))\n",
+        means.push_str(&format!("      - record: ragwatch:{name}:samples_5m\n        expr: sum by (@@pool@@, stratum, judge) (sum_over_time(ragwatch:{s}_count:delta[@@short_sum@@]))\n",
             name = m.name(),
             s = stem(m),));
         let mut estimates = vec![
@@ -207,7 +210,7 @@ pub(super) fn rules_yaml(windows: &Windows) -> String {
                 m.name()));
         }
         for alert in Alert::of_metric(m) {
-            alerts.push_str(&alert.rule(windows));
+            alerts.push_str(&alert.rule(windows, pooling));
         }
     }
     let per_metric = |part: &str, sum: &str| {
@@ -215,7 +218,7 @@ pub(super) fn rules_yaml(windows: &Windows) -> String {
             .into_iter()
             .map(|m| {
                 format!(
-                    "label_replace(sum by (namespace, stratum, judge) (sum_over_time(ragwatch:{}_{part}:delta[{sum}])), \"metric\", \"{}\", \"\", \"\")",
+                    "label_replace(sum by (@@pool@@, stratum, judge) (sum_over_time(ragwatch:{}_{part}:delta[{sum}])), \"metric\", \"{}\", \"\", \"\")",
                     stem(m),
                     m.name()
                 )
@@ -254,12 +257,12 @@ const FLOOR: &str = r#"      - alert: @@alert@@
         expr: |
           (
             ragwatch:@@metric@@:combined_upper_5m
-              < on (namespace, stratum, judge) ragwatch:threshold_floor:ratio{metric="@@metric@@", judge="combined"}
+              < on (@@pool@@, stratum, judge) ragwatch:threshold_floor:ratio{metric="@@metric@@", judge="combined"}
           )
-          and on (namespace, stratum)
+          and on (@@pool@@, stratum)
           (
             ragwatch:@@metric@@:combined_samples_5m
-              >= on (namespace, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
+              >= on (@@pool@@, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
           )@@scope@@
         for: @@for@@
         labels:
@@ -269,12 +272,12 @@ const FLOOR: &str = r#"      - alert: @@alert@@
           summary: "@@title@@ of stratum {{ $labels.stratum }} is below its floor"
           description: >-
             Over the last 5 minutes, the combined estimate of @@words@@ in stratum {{ $labels.stratum }} is
-            {{ with printf "ragwatch:@@metric@@:combined_mean_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
-            (interval {{ with printf "ragwatch:@@metric@@:combined_lower_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
-            to {{ $value | humanizePercentage }}, {{ with printf "ragwatch:@@metric@@:combined_samples_5m{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | printf "%.0f" }}{{ end }} LLM-judged traces):
+            {{ with printf "ragwatch:@@metric@@:combined_mean_5m{@@pool_match@@,stratum='%s'}" @@pool_args@@ $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            (interval {{ with printf "ragwatch:@@metric@@:combined_lower_5m{@@pool_match@@,stratum='%s'}" @@pool_args@@ $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            to {{ $value | humanizePercentage }}, {{ with printf "ragwatch:@@metric@@:combined_samples_5m{@@pool_match@@,stratum='%s'}" @@pool_args@@ $labels.stratum | query }}{{ . | first | value | printf "%.0f" }}{{ end }} LLM-judged traces):
             even its upper bound is below the floor of
-            {{ with printf "ragwatch:threshold_floor:ratio{namespace='%s',metric='@@metric@@',stratum='%s',judge='combined'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }};
-            @@meaning@@.{{ range printf "max by (stage) (ragwatch:diagnosis:max{namespace='%s',stratum='%s'}) == 1" $labels.namespace $labels.stratum | query | sortByLabel "stage" }} Diagnosis: look at {{ .Labels.stage }}.{{ end }}
+            {{ with printf "ragwatch:threshold_floor:ratio{@@pool_match@@,metric='@@metric@@',stratum='%s',judge='combined'}" @@pool_args@@ $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }};
+            @@meaning@@.{{ range printf "max by (stage) (ragwatch:diagnosis:max{@@pool_match@@,stratum='%s'}) == 1" @@pool_args@@ $labels.stratum | query | sortByLabel "stage" }} Diagnosis: look at {{ .Labels.stage }}.{{ end }}
           runbook_url: "@@runbook_url@@"
 "#;
 
@@ -285,26 +288,26 @@ const DRIFT: &str = r#"      - alert: @@alert@@
         expr: |
           (
             ragwatch:@@metric@@:combined_mean_5m
-              < on (namespace, stratum, judge) ragwatch:@@metric@@:combined_drop_level
+              < on (@@pool@@, stratum, judge) ragwatch:@@metric@@:combined_drop_level
           )
-          and on (namespace, stratum)
+          and on (@@pool@@, stratum)
           (
             ragwatch:@@metric@@:combined_samples_5m
-              >= on (namespace, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
+              >= on (@@pool@@, stratum, judge) ragwatch:threshold_min_samples:count{metric="@@metric@@", judge="combined"}
           )
-          and on (namespace, stratum)
+          and on (@@pool@@, stratum)
           (
             ragwatch:estimate_terms:rest24h{metric="@@metric@@", term="k"}
-              >= on (namespace, metric, stratum) ragwatch:threshold_min_samples:count{judge="combined"}
+              >= on (@@pool@@, metric, stratum) ragwatch:threshold_min_samples:count{judge="combined"}
           )
           # A baseline with fewer verdicts than the window it judges is mostly noise.
-          and on (namespace, stratum)
+          and on (@@pool@@, stratum)
           (
             ragwatch:estimate_terms:rest24h{metric="@@metric@@", term="k"}
-              >= on (namespace, metric, stratum) ragwatch:estimate_terms:increase5m{term="k"}
+              >= on (@@pool@@, metric, stratum) ragwatch:estimate_terms:increase5m{term="k"}
           )
           # A judge change is a metric reset: no drift against a baseline from another judge.
-          unless on (namespace) (ragwatch:judge_models:count_24h > 1)
+          unless on (@@pool@@) (ragwatch:judge_models:count_24h > 1)
         # One short window: measured on faithfulness at ~60 verdicts per 5 minutes (the shipped
         # budget), a drop from 90 % to 50 % faithful answers pages within 15 minutes 4 times in 5 and
         # within 30 minutes 99 times in 100; `for: 10m` pages within 15 minutes 1 time in 3. No false
@@ -318,7 +321,7 @@ const DRIFT: &str = r#"      - alert: @@alert@@
           summary: "@@title@@ of stratum {{ $labels.stratum }} dropped from its 24h baseline"
           description: >-
             The combined estimate of @@words@@ in stratum {{ $labels.stratum }} over the last 5 minutes
-            is {{ $value | humanizePercentage }}, against {{ with printf "ragwatch:@@metric@@:combined_mean_24h{namespace='%s',stratum='%s'}" $labels.namespace $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
+            is {{ $value | humanizePercentage }}, against {{ with printf "ragwatch:@@metric@@:combined_mean_24h{@@pool_match@@,stratum='%s'}" @@pool_args@@ $labels.stratum | query }}{{ . | first | value | humanizePercentage }}{{ end }}
             over the rest of its 24-hour baseline: more than the allowed drop, beyond the noise of both windows.
           runbook_url: "@@runbook_url@@"
 "#;
@@ -330,30 +333,30 @@ const SHIFT: &str = r#"      - alert: @@alert@@
         expr: |
           (
             ragwatch:shift:z_5m{metric="@@metric@@"}
-              >= on (namespace, metric, stratum, judge) ragwatch:threshold_shift_z:max
+              >= on (@@pool@@, metric, stratum, judge) ragwatch:threshold_shift_z:max
           )
-          and on (namespace, metric, stratum, judge)
+          and on (@@pool@@, metric, stratum, judge)
           (
             ragwatch:shift:effect_sd_5m
-              >= on (namespace, metric, stratum, judge) ragwatch:threshold_shift_sd:max
+              >= on (@@pool@@, metric, stratum, judge) ragwatch:threshold_shift_sd:max
           )
-          and on (namespace, metric, stratum, judge)
+          and on (@@pool@@, metric, stratum, judge)
           (
             ragwatch:score_count:increase5m
-              >= on (namespace, metric, stratum, judge) ragwatch:threshold_min_samples:count
+              >= on (@@pool@@, metric, stratum, judge) ragwatch:threshold_min_samples:count
           )
-          and on (namespace, metric, stratum, judge)
+          and on (@@pool@@, metric, stratum, judge)
           (
             ragwatch:shift:baseline_count_24h
-              >= on (namespace, metric, stratum, judge) ragwatch:threshold_min_samples:count
+              >= on (@@pool@@, metric, stratum, judge) ragwatch:threshold_min_samples:count
           )
           # A reference with less history than the window it judges is mostly noise.
-          and on (namespace, metric, stratum, judge)
+          and on (@@pool@@, metric, stratum, judge)
           (
             ragwatch:shift:baseline_count_24h
-              >= on (namespace, metric, stratum, judge) ragwatch:score_count:increase5m
+              >= on (@@pool@@, metric, stratum, judge) ragwatch:score_count:increase5m
           )@@scope@@
-          unless on (namespace) (ragwatch:judge_models:count_24h > 1)
+          unless on (@@pool@@) (ragwatch:judge_models:count_24h > 1)
         for: @@for@@
         labels:
           severity: @@severity@@
@@ -362,10 +365,10 @@ const SHIFT: &str = r#"      - alert: @@alert@@
           summary: "The {{ $labels.judge }} judge's @@words@@ of stratum {{ $labels.stratum }} shifted down from its baseline"
           description: >-
             The {{ $labels.judge }} judge's 5-minute mean @@words@@ in stratum {{ $labels.stratum }} is
-            {{ with printf "ragwatch:shift:short_mean_5m{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
-            against {{ with printf "ragwatch:shift:baseline_mean_24h{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
+            {{ with printf "ragwatch:shift:short_mean_5m{@@pool_match@@,metric='@@metric@@',stratum='%s',judge='%s'}" @@pool_args@@ $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
+            against {{ with printf "ragwatch:shift:baseline_mean_24h{@@pool_match@@,metric='@@metric@@',stratum='%s',judge='%s'}" @@pool_args@@ $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.3f" }}{{ end }}
             over the rest of the last 24 hours: z = {{ $value | printf "%.1f" }},
-            {{ with printf "ragwatch:shift:effect_sd_5m{namespace='%s',metric='@@metric@@',stratum='%s',judge='%s'}" $labels.namespace $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.2f" }}{{ end }}
+            {{ with printf "ragwatch:shift:effect_sd_5m{@@pool_match@@,metric='@@metric@@',stratum='%s',judge='%s'}" @@pool_args@@ $labels.stratum $labels.judge | query }}{{ . | first | value | printf "%.2f" }}{{ end }}
             baseline standard deviations lower (scores on that judge's own scale).
           runbook_url: "@@runbook_url@@"
 "#;

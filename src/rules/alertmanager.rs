@@ -3,6 +3,7 @@
 //! lists follow from the metric list, so a new metric's alerts join them.
 
 use super::metric_alerts;
+use super::pooling::Pooling;
 use super::template::fill;
 
 const ALERTMANAGER: &str = include_str!("templates/alertmanager.yml");
@@ -12,13 +13,20 @@ const ALERTMANAGER_CONFIG: &str = include_str!("templates/alertmanagerconfig.yam
 const DIAGNOSIS: &str = "RagwatchDiagnosis";
 
 /// `deploy/alertmanager/alertmanager.yml`.
-pub(super) fn alertmanager_yml() -> String {
-    fill(ALERTMANAGER, &inhibit_lists())
+pub(super) fn alertmanager_yml(pooling: &Pooling) -> String {
+    fill(ALERTMANAGER, &vars(pooling))
 }
 
 /// `deploy/kubernetes/components/monitoring/alertmanagerconfig.yaml`.
-pub(super) fn alertmanager_config() -> String {
-    fill(ALERTMANAGER_CONFIG, &inhibit_lists())
+pub(super) fn alertmanager_config(pooling: &Pooling) -> String {
+    fill(ALERTMANAGER_CONFIG, &vars(pooling))
+}
+
+/// The inhibit lists and the labels an install is told apart by.
+fn vars(pooling: &Pooling) -> Vec<(&'static str, String)> {
+    let mut vars = pooling.vars();
+    vars.extend(inhibit_lists());
+    vars
 }
 
 /// The inhibit rule's regex alternations: the per-metric pages (its sources) and the per-metric
@@ -56,7 +64,8 @@ mod tests {
                 "{name}: pages {in_pages}, warnings {in_warnings}"
             );
         }
-        for text in [alertmanager_yml(), alertmanager_config()] {
+        let pooling = Pooling::shipped();
+        for text in [alertmanager_yml(&pooling), alertmanager_config(&pooling)] {
             assert!(text.contains(&pages) && text.contains(&warnings));
         }
     }

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::alert::{Alert, title, words};
+use super::pooling::Pooling;
 use super::template::fill;
 use super::window::Windows;
 use crate::dimensions::Quality;
@@ -19,8 +20,8 @@ const HEIGHT: u64 = 8;
 /// The first metric panel's id: above every id the template uses.
 const FIRST_ID: u64 = 100;
 
-/// The dashboard's JSON with `windows` in its queries.
-pub(super) fn dashboard_json(windows: &Windows) -> String {
+/// The dashboard's JSON with `windows` in its queries, selecting installs by `pooling`'s labels.
+pub(super) fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
     let per_line = 24 / WIDTH;
     let lines = (Quality::COUNT as u64).div_ceil(per_line);
     let height = lines * HEIGHT;
@@ -43,6 +44,7 @@ pub(super) fn dashboard_json(windows: &Windows) -> String {
     let mut vars: Vec<(String, String)> = windows
         .vars()
         .into_iter()
+        .chain(pooling.vars())
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
     vars.push((
@@ -67,7 +69,7 @@ pub(super) fn dashboard_json(windows: &Windows) -> String {
 /// `ragwatch:<metric>:...{cluster, namespace, stratum}` as the per-stratum row selects it.
 fn selected(series: &str, extra: &str) -> String {
     format!(
-        "{series}{{cluster=~\"$cluster\", namespace=~\"$namespace\", stratum=~\"$stratum\"{extra}}}"
+        "{series}{{@@cluster@@=~\"$cluster\", namespace=~\"$namespace\", @@install@@=~\"$install\", stratum=~\"$stratum\"{extra}}}"
     )
 }
 
@@ -94,7 +96,7 @@ fn panel(m: Quality, id: u64, x: u64, y: u64) -> Value {
     }
     let mut p10 = target(
         format!(
-            "histogram_quantile(0.1, sum by (le, judge) (rate({}_bucket{{cluster=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", stratum=~\"$stratum\"}}[$__rate_interval])))",
+            "histogram_quantile(0.1, sum by (le, judge) (rate({}_bucket{{@@cluster@@=~\"$cluster\", namespace=~\"$namespace\", @@install@@=~\"$install\", pod=~\"$pod\", stratum=~\"$stratum\"}}[$__rate_interval])))",
             spec.histogram
         ),
         "p10 {{judge}}",

@@ -12,6 +12,7 @@ mod alert;
 mod alertmanager;
 mod dashboard;
 mod manifest;
+mod pooling;
 mod runbook;
 mod template;
 mod unit_test;
@@ -22,6 +23,7 @@ use std::path::Path;
 use crate::dimensions::Quality;
 
 pub(crate) use alert::Alert;
+pub use pooling::Pooling;
 pub use window::Windows;
 
 /// A generated file: its path from the repository root and its text.
@@ -51,9 +53,10 @@ pub(crate) const ALERTMANAGER_CONFIG_PATH: &str =
 /// Where the runbook is written.
 pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 
-/// Every generated file, with `windows` in the rules and the dashboard's queries.
-pub fn generate(windows: &Windows) -> Vec<File> {
-    let rules = rules_yaml(windows);
+/// Every generated file, with `windows` in the rules and the dashboard's queries, pooling each
+/// install apart by `pooling`'s labels.
+pub fn generate(windows: &Windows, pooling: &Pooling) -> Vec<File> {
+    let rules = rules_yaml(windows, pooling);
     vec![
         File {
             path: MANIFEST_PATH,
@@ -69,15 +72,15 @@ pub fn generate(windows: &Windows) -> Vec<File> {
         },
         File {
             path: DASHBOARD_PATH,
-            text: dashboard::dashboard_json(windows),
+            text: dashboard::dashboard_json(windows, pooling),
         },
         File {
             path: ALERTMANAGER_PATH,
-            text: alertmanager::alertmanager_yml(),
+            text: alertmanager::alertmanager_yml(pooling),
         },
         File {
             path: ALERTMANAGER_CONFIG_PATH,
-            text: alertmanager::alertmanager_config(),
+            text: alertmanager::alertmanager_config(pooling),
         },
         File {
             path: RUNBOOK_PATH,
@@ -88,9 +91,14 @@ pub fn generate(windows: &Windows) -> Vec<File> {
 
 /// Writes every generated file under `root`, or with `check` writes nothing; returns the paths
 /// whose text on disk differs from the generated one (all of them written, unless `check`).
-pub fn write(root: &Path, windows: &Windows, check: bool) -> std::io::Result<Vec<&'static str>> {
+pub fn write(
+    root: &Path,
+    windows: &Windows,
+    pooling: &Pooling,
+    check: bool,
+) -> std::io::Result<Vec<&'static str>> {
     let mut stale = Vec::new();
-    for file in generate(windows) {
+    for file in generate(windows, pooling) {
         let path = root.join(file.path);
         let on_disk = std::fs::read_to_string(&path).ok();
         if on_disk.as_deref() == Some(file.text.as_str()) {
@@ -109,14 +117,15 @@ pub fn write(root: &Path, windows: &Windows, check: bool) -> std::io::Result<Vec
     Ok(stale)
 }
 
-/// The rules file (`deploy/prometheus/rules.yaml` with [`Windows::SHIPPED`]).
-pub fn rules_yaml(windows: &Windows) -> String {
-    alert::rules_yaml(windows)
+/// The rules file (`deploy/prometheus/rules.yaml` with [`Windows::SHIPPED`] and
+/// [`Pooling::shipped`]).
+pub fn rules_yaml(windows: &Windows, pooling: &Pooling) -> String {
+    alert::rules_yaml(windows, pooling)
 }
 
 /// The Grafana dashboard's JSON with `windows` in its queries.
-pub fn dashboard_json(windows: &Windows) -> String {
-    dashboard::dashboard_json(windows)
+pub fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
+    dashboard::dashboard_json(windows, pooling)
 }
 
 /// Every per-metric alert ragwatch ships, metric by metric.

@@ -1440,6 +1440,7 @@ fn dashboard_links_to_runbook_anchors_that_exist() {
 fn substitute(expr: &str) -> String {
     expr.replace("$cluster", ".*")
         .replace("$namespace", ".*")
+        .replace("$install", ".*")
         .replace("$pod", ".*")
         .replace("$stratum", ".*")
         .replace("$__rate_interval", "20s")

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ragwatch::dimensions::Quality;
-use ragwatch::rules::{Windows, generate};
+use ragwatch::rules::{Pooling, Windows, generate};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -54,7 +54,7 @@ fn alert_names(rules: &str) -> Vec<String> {
 #[test]
 fn the_checked_in_files_are_what_ragwatch_rules_writes() {
     let mut stale = Vec::new();
-    for file in generate(&Windows::SHIPPED) {
+    for file in generate(&Windows::SHIPPED, &Pooling::shipped()) {
         let on_disk = std::fs::read_to_string(root().join(file.path)).unwrap_or_default();
         if on_disk != file.text {
             stale.push(file.path);
@@ -133,7 +133,7 @@ fn every_metric_has_its_rules_alerts_unit_tests_panel_and_runbook_sections() {
 
 #[test]
 fn the_tests_windows_leave_no_shipped_range_or_pending_duration() {
-    let shipped = ragwatch::rules::rules_yaml(&Windows::SHIPPED);
+    let shipped = ragwatch::rules::rules_yaml(&Windows::SHIPPED, &Pooling::shipped());
     let windows = Windows {
         short: Duration::from_secs(20),
         middle: Duration::from_secs(40),
@@ -142,7 +142,7 @@ fn the_tests_windows_leave_no_shipped_range_or_pending_duration() {
         health: Some(Duration::from_secs(20)),
         pending: Some(Duration::from_secs(3)),
     };
-    let short = ragwatch::rules::rules_yaml(&windows);
+    let short = ragwatch::rules::rules_yaml(&windows, &Pooling::shipped());
     for range in [
         "[1h]",
         "[24h]",
@@ -173,7 +173,7 @@ fn the_tests_windows_leave_no_shipped_range_or_pending_duration() {
         shipped.matches("- record: ").count(),
         short.matches("- record: ").count()
     );
-    let dashboard = ragwatch::rules::dashboard_json(&windows);
+    let dashboard = ragwatch::rules::dashboard_json(&windows, &Pooling::shipped());
     assert!(!dashboard.contains("[24h]") && dashboard.contains("[5m10s]"));
     assert!(dashboard.contains("window=\\\"20s\\\""));
 

@@ -33,12 +33,16 @@ pub fn test_windows() -> ragwatch::rules::Windows {
 
 /// The shipped rules as `ragwatch rules` writes them with [`test_windows`].
 pub fn test_rules() -> String {
-    ragwatch::rules::rules_yaml(&test_windows())
+    ragwatch::rules::rules_yaml(&test_windows(), &ragwatch::rules::Pooling::shipped())
 }
 
 /// The shipped dashboard as `ragwatch rules` writes it with [`test_windows`].
 pub fn test_dashboard() -> Value {
-    serde_json::from_str(&ragwatch::rules::dashboard_json(&test_windows())).unwrap()
+    serde_json::from_str(&ragwatch::rules::dashboard_json(
+        &test_windows(),
+        &ragwatch::rules::Pooling::shipped(),
+    ))
+    .unwrap()
 }
 
 /// A child process killed (and reaped) when dropped.
