@@ -63,7 +63,8 @@ pub(super) fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
         rest = after;
     }
     let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    fill(TEMPLATE, &vars)
+    // The metric panels carry the install's label placeholders of their own: a second pass.
+    fill(&fill(TEMPLATE, &vars), &pooling.vars())
 }
 
 /// `ragwatch:<metric>:...{cluster, namespace, stratum}` as the per-stratum row selects it.

@@ -52,7 +52,25 @@ impl Default for Pooling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{Windows, rules_yaml};
+    use crate::rules::{Windows, generate, rules_yaml};
+
+    /// Every generated file is filled: a placeholder that reaches a shipped file is a broken query.
+    #[test]
+    fn no_placeholder_is_left_in_any_generated_file() {
+        let other = Pooling {
+            cluster_label: "k8s_cluster".into(),
+            install_label: "app_instance".into(),
+        };
+        for pooling in [Pooling::shipped(), other] {
+            for file in generate(&Windows::SHIPPED, &pooling) {
+                assert!(
+                    !file.text.contains("@@"),
+                    "{} keeps a placeholder",
+                    file.path
+                );
+            }
+        }
+    }
 
     /// The label lists of every `by (...)` and `on (...)` in `rules`.
     fn groupings(rules: &str) -> Vec<String> {
