@@ -85,7 +85,13 @@ pub async fn run(
         tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
     }
 
-    let mut fleet = Fleet::join(&config.fleet, Some(kind), &env, Arc::clone(&shared.metrics)).await;
+    let mut fleet = Fleet::join(
+        &config.fleet,
+        kind == SourceKind::Kafka,
+        &env,
+        Arc::clone(&shared.metrics),
+    )
+    .await;
     let abandon = CancellationToken::new();
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
     let (judges, budget, pool_judge) =

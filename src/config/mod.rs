@@ -201,7 +201,8 @@ impl Config {
         self.sample.validate(&self.strata, &mut p);
         self.judge.validate(&mut p);
         self.budget.validate(&mut p);
-        self.fleet.validate(self.source.kind, &mut p);
+        self.fleet
+            .validate(self.source.kind == Some(SourceKind::Kafka), &mut p);
         self.windows.validate(&mut p);
         self.validate_drift(&mut p);
         self.llm

@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::problems::Problems;
-use crate::source::config::SourceKind;
 
 /// How this replica's share of the fleet's budget is found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,10 +55,10 @@ fn default_peers_refresh_secs() -> u64 {
 }
 
 impl FleetConfig {
-    /// The membership `auto` stands for with this source.
-    pub fn resolved(&self, source: Option<SourceKind>) -> Membership {
+    /// The membership `auto` stands for, with a Kafka source (`kafka`) or another.
+    pub fn resolved(&self, kafka: bool) -> Membership {
         match self.membership {
-            Membership::Auto if source == Some(SourceKind::Kafka) => Membership::Partitions,
+            Membership::Auto if kafka => Membership::Partitions,
             Membership::Auto if self.peers.is_some() => Membership::Peers,
             Membership::Auto => Membership::Replicas,
             m => m,
@@ -71,9 +70,9 @@ impl FleetConfig {
         1.0 / f64::from(self.replicas.max(1))
     }
 
-    /// Checks `[fleet]` against the source it shares.
-    pub(crate) fn validate(&self, source: Option<SourceKind>, p: &mut Problems) {
-        if self.membership == Membership::Partitions && source != Some(SourceKind::Kafka) {
+    /// Checks `[fleet]` against the source it shares (`kafka`: `source.kind = "kafka"`).
+    pub(crate) fn validate(&self, kafka: bool, p: &mut Problems) {
+        if self.membership == Membership::Partitions && !kafka {
             p.add(
                 "fleet.membership",
                 "\"partitions\" needs source.kind = \"kafka\" (the share of the topics' \
@@ -122,22 +121,16 @@ mod tests {
         let c = load("", &[]).unwrap();
         assert_eq!(c.fleet.membership, Membership::Auto);
         assert_eq!((c.fleet.replicas, c.fleet.peers_refresh_secs), (1, 10));
-        assert_eq!(c.fleet.resolved(None), Membership::Replicas);
+        assert_eq!(c.fleet.resolved(false), Membership::Replicas);
         let peers = load("[fleet]\npeers = \"ragwatch-peers\"\n", &[]).unwrap();
+        assert_eq!(peers.fleet.resolved(false), Membership::Peers);
         assert_eq!(
-            peers.fleet.resolved(Some(SourceKind::Otlp)),
-            Membership::Peers
-        );
-        assert_eq!(
-            peers.fleet.resolved(Some(SourceKind::Kafka)),
+            peers.fleet.resolved(true),
             Membership::Partitions,
             "a Kafka replica's share is its partitions, peers or not"
         );
         let fixed = load("[fleet]\nmembership = \"replicas\"\nreplicas = 4\n", &[]).unwrap();
-        assert_eq!(
-            fixed.fleet.resolved(Some(SourceKind::Kafka)),
-            Membership::Replicas
-        );
+        assert_eq!(fixed.fleet.resolved(true), Membership::Replicas);
         assert_eq!(fixed.fleet.initial_share(), 0.25);
     }
 

@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::judge::llm::Budget;
 use crate::metrics::Metrics;
-use crate::source::config::SourceKind;
 use config::{FleetConfig, Membership};
 
 pub use peers::{POD_IP, PeerWatcher};
@@ -90,17 +89,17 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Joins the fleet for `source`: `replicas` sends one over `fleet.replicas`; `peers` resolves
-    /// `fleet.peers` once now (within `peers_refresh_secs`; until an answer the share is one over
-    /// `fleet.replicas`), so the first trace is judged at the right share; `partitions` waits for
-    /// the Kafka source.
+    /// Joins the fleet (`kafka`: the source is a Kafka consumer group): `replicas` sends one over
+    /// `fleet.replicas`; `peers` resolves `fleet.peers` once now (within `peers_refresh_secs`;
+    /// until an answer the share is one over `fleet.replicas`), so the first trace is judged at the
+    /// right share; `partitions` waits for the Kafka source.
     pub async fn join(
         config: &FleetConfig,
-        source: Option<SourceKind>,
+        kafka: bool,
         env: &HashMap<String, String>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let membership = config.resolved(source);
+        let membership = config.resolved(kafka);
         let (share_tx, share_rx) = share_channel(config.initial_share());
         let mut fleet = Self {
             membership,
