@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::dimensions::JudgeKind;
-use crate::fleet::{Fleet, ShareRx, ShareTx, follow_share};
+use crate::fleet::{Fleet, ShareTx, follow_share};
 use crate::http::write::WriteRoutes;
 use crate::http::{self, AdminState};
 use crate::judge::OfflineJudge;
@@ -94,8 +94,7 @@ pub async fn run(
     .await;
     let abandon = CancellationToken::new();
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-    let (judges, budget, pool_judge) =
-        sampled_judge(&config, &env, &shared, &fleet.share_rx(), &stop).await?;
+    let (judges, budget, pool_judge) = sampled_judge(&config, &env, &shared, &fleet, &stop).await?;
     // Both end with `stop`, or when the source ends on its own.
     let fleet_stop = stop.child_token();
     let follower = tokio::spawn(follow_share(
@@ -237,7 +236,7 @@ async fn sampled_judge(
     config: &Config,
     env: &HashMap<String, String>,
     shared: &Shared,
-    share: &ShareRx,
+    fleet: &Fleet,
     stop: &CancellationToken,
 ) -> Result<(Vec<JudgeKind>, Option<Arc<Budget>>, Option<PoolJudge>), RunError> {
     let mut judges = vec![JudgeKind::Offline];
@@ -248,7 +247,11 @@ async fn sampled_judge(
         SampledJudge::Llm => {
             let judge = Arc::new(LlmJudge::try_new(config, env, shared.metrics.clone())?);
             // The budget is the fleet's: this replica's share before any call, canaries included.
-            judge.budget().set_share(share.current());
+            judge.budget().set_share(fleet.share_rx().current());
+            // Other replicas may be spending: no minute's worth at once.
+            if fleet.others_may_be_spending() {
+                judge.budget().join_spending_fleet();
+            }
             // `structured_output = "auto"`: ask the server before the first trace, so the judge
             // identity on ragwatch_judge_info is the settled one from the first scrape on.
             judge.resolve_structured_output().await;

@@ -89,6 +89,14 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Whether other replicas may already be spending when this one starts: a share below one,
+    /// or peers counted by DNS, whose first answer may miss replicas that are not ready yet (a
+    /// fresh rollout's pods each see only themselves at first). Such a replica's budget starts
+    /// with empty per-minute buckets.
+    pub fn others_may_be_spending(&self) -> bool {
+        self.membership == Membership::Peers || self.share_rx.current() < 1.0
+    }
+
     /// Joins the fleet (`kafka`: the source is a Kafka consumer group): `replicas` sends one over
     /// `fleet.replicas`; `peers` resolves `fleet.peers` once now (within `peers_refresh_secs`;
     /// until an answer the share is one over `fleet.replicas`), so the first trace is judged at the

@@ -195,6 +195,20 @@ impl<C: Clock + Clone> Budget<C> {
             .rescale(self.config.tokens_per_day as f64 * share, DAY, now);
     }
 
+    /// A replica that joins a fleet already spending: its per-minute buckets (requests and
+    /// tokens) start empty, so it spends at its share's rate from the first second instead of a
+    /// minute of its share at once, which the others' spend has not made room for. The daily
+    /// bucket keeps its share.
+    pub(crate) fn join_spending_fleet(&self) {
+        let now = self.now();
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut *guard;
+        for bucket in [&mut s.requests, &mut s.open_requests, &mut s.minute] {
+            bucket.refill(now);
+            bucket.tokens = 0.0;
+        }
+    }
+
     /// This replica's share.
     pub fn share(&self) -> f64 {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).share
@@ -290,6 +304,28 @@ mod tests {
             tokens_per_day: tpd,
             reserve_ratio: 0.0,
         }
+    }
+
+    /// A replica joining a fleet at a quarter share spends nothing at once, then its quarter of
+    /// the tokens per minute.
+    #[test]
+    fn a_replica_joining_a_spending_fleet_starts_with_empty_minute_buckets() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(1000, 4000, 1_000_000), clock.clone());
+        b.set_share(0.25);
+        b.join_spending_fleet();
+        assert!(b.try_charge(10, true).is_none(), "no burst at start");
+        let mut spent = 0;
+        for _ in 0..600 {
+            clock.advance(Duration::from_millis(100));
+            while let Some(c) = b.try_charge(10, true) {
+                spent += c.tokens;
+            }
+        }
+        assert!(
+            (990..=1000).contains(&spent),
+            "a minute at a quarter of 4000: {spent}"
+        );
     }
 
     #[test]
