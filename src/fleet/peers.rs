@@ -54,7 +54,9 @@ impl Lookup {
 }
 
 /// The replicas an answer stands for: its distinct addresses, plus this replica when its own
-/// address is known and not among them. `None` when that is nobody.
+/// address is known and not among them. `None` when that is nobody. In a dual-stack cluster a
+/// headless Service answers an IPv4 and an IPv6 address for each pod: each family is counted
+/// apart and the larger count taken, so no pod counts twice.
 pub(crate) fn replicas_in(
     answer: impl IntoIterator<Item = IpAddr>,
     own: Option<IpAddr>,
@@ -63,7 +65,9 @@ pub(crate) fn replicas_in(
     if let Some(own) = own {
         seen.insert(canonical(own));
     }
-    (!seen.is_empty()).then_some(seen.len())
+    let v4 = seen.iter().filter(|ip| ip.is_ipv4()).count();
+    let replicas = v4.max(seen.len() - v4);
+    (replicas > 0).then_some(replicas)
 }
 
 /// An IPv4 address written as IPv6 (`::ffff:10.0.0.1`) is the same replica as `10.0.0.1`.
@@ -189,6 +193,13 @@ mod tests {
             replicas_in([ip("::ffff:10.0.0.1")], Some(ip("10.0.0.1"))),
             Some(1),
             "an IPv4-mapped address is the same replica"
+        );
+        let dual = [ip("10.0.0.1"), ip("fd00::1"), ip("10.0.0.2"), ip("fd00::2")];
+        assert_eq!(replicas_in(dual, None), Some(2), "dual stack: two pods");
+        assert_eq!(
+            replicas_in(dual, Some(ip("10.0.0.3"))),
+            Some(3),
+            "dual stack, not ready yet"
         );
     }
 
