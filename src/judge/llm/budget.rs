@@ -68,6 +68,18 @@ impl Bucket {
         self.tokens = self.tokens.min(capacity);
     }
 
+    /// A new capacity (and rate) that keeps what was spent in the period spent: what the bucket
+    /// holds moves with the capacity. For the daily bucket, where a share that dips to zero
+    /// while partitions are rebalanced must come back to what it was, not to an empty day that
+    /// refills over a day. (A minute bucket refills within a minute; the daily one would not.)
+    fn rescale_keeping_spent(&mut self, capacity: f64, period: Duration, now: Duration) {
+        self.refill(now);
+        let spent = self.capacity - self.tokens;
+        self.capacity = capacity;
+        self.per_sec = capacity / period.as_secs_f64();
+        self.tokens = (capacity - spent).min(capacity);
+    }
+
     /// Whether `need` fits above `floor` now, else how long until it does, or `Never` when it
     /// cannot fit even in a full bucket.
     fn admits(&self, need: f64, floor: f64) -> Result<(), OverBudget> {
@@ -185,6 +197,12 @@ impl<C: Clock + Clone> Budget<C> {
             return;
         }
         s.share = share;
+        // No share (a Kafka replica between a rebalance's revoke and its assignment, or a spare
+        // one): nothing is admitted, and the buckets stay as they are, so a share that comes back
+        // finds the minute and the day it left rather than empty buckets to refill.
+        if share == 0.0 {
+            return;
+        }
         let rpm = f64::from(self.config.requests_per_minute);
         s.requests.rescale(rpm * share, MINUTE, now);
         s.open_requests
@@ -192,7 +210,7 @@ impl<C: Clock + Clone> Budget<C> {
         s.minute
             .rescale(self.config.tokens_per_minute as f64 * share, MINUTE, now);
         s.day
-            .rescale(self.config.tokens_per_day as f64 * share, DAY, now);
+            .rescale_keeping_spent(self.config.tokens_per_day as f64 * share, DAY, now);
     }
 
     /// A replica that joins a fleet already spending: its per-minute buckets (requests and
@@ -231,6 +249,9 @@ impl<C: Clock + Clone> Budget<C> {
         let now = self.now();
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let s = &mut *guard;
+        if s.share == 0.0 {
+            return Err(OverBudget::Never);
+        }
         for b in [
             &mut s.minute,
             &mut s.day,
@@ -286,6 +307,9 @@ impl<C: Clock + Clone> Budget<C> {
     pub(crate) fn remaining_tokens(&self) -> f64 {
         let now = self.now();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.share == 0.0 {
+            return 0.0;
+        }
         s.minute.refill(now);
         s.day.refill(now);
         s.minute.tokens.min(s.day.tokens).max(0.0)
@@ -308,6 +332,36 @@ mod tests {
 
     /// A replica joining a fleet at a quarter share spends nothing at once, then its quarter of
     /// the tokens per minute.
+    /// A rebalance revokes every partition, then assigns them back: the share dips to zero and
+    /// returns. The day's spend stays what it was, and the rest of the day is there again at once.
+    #[test]
+    fn a_share_that_dips_to_zero_and_returns_keeps_the_days_budget() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(1000, 1_000_000, 10_000), clock.clone());
+        assert!(b.try_charge(4000, true).is_some());
+        b.set_share(0.0);
+        assert!(b.try_charge(1, true).is_none(), "no share, no call");
+        b.set_share(1.0);
+        clock.advance(Duration::from_secs(60));
+        assert!(b.try_charge(5900, true).is_some(), "the rest of the day");
+        assert!(b.try_charge(200, true).is_none(), "and no more");
+    }
+
+    /// The same dip within a minute: the minute's buckets come back as they were, not empty.
+    #[test]
+    fn a_share_that_dips_to_zero_and_returns_keeps_the_minute() {
+        let clock = FakeRelativeClock::default();
+        let b = Budget::with_clock(&config(60, 6000, 1_000_000), clock.clone());
+        assert!(b.try_charge(1000, true).is_some());
+        b.set_share(0.0);
+        clock.advance(Duration::from_millis(500));
+        b.set_share(1.0);
+        assert!(
+            b.try_charge(4900, true).is_some(),
+            "what the minute had left, at once"
+        );
+    }
+
     #[test]
     fn a_replica_joining_a_spending_fleet_starts_with_empty_minute_buckets() {
         let clock = FakeRelativeClock::default();
