@@ -9,10 +9,13 @@
 //!
 //! Each limit is a token bucket refilled continuously (a request is one token), holding at most one
 //! period's worth of this replica's share. A fresh budget is full at a share of 1; the wiring sets
-//! the share before the first trace. A new share never adds tokens: a bucket that grows keeps what
-//! it holds and refills towards its new capacity at the new rate, one that shrinks keeps at most
-//! its new capacity. So neither a start nor a rescale lets a replica hold more than its share of
-//! a period, and the buckets of a fleet whose shares add up to 1 hold at most the fleet's.
+//! the share before the first trace, and a replica joining a fleet that may be spending empties
+//! its per-minute buckets ([`Budget::join_spending_fleet`]). A new share adds no per-minute
+//! tokens: a bucket that grows keeps what it holds and refills towards its new capacity at the new
+//! rate, one that shrinks keeps at most its new capacity, so the per-minute buckets of a fleet
+//! whose shares add up to 1 hold at most the fleet's. The daily bucket keeps what was spent and
+//! moves the rest with the share. A share of zero admits nothing and leaves every bucket as it is,
+//! so a share that comes back (a rebalance's revoke, then its assignment) finds what it left.
 //!
 //! A `reserve_ratio` of every limit is kept for priority calls (each stratum's guaranteed samples):
 //! ordinary calls stop where the reserve starts, so head traffic cannot spend the budget that small
