@@ -32,6 +32,7 @@ use crate::metrics::config::MetricsConfig;
 use crate::recorder::config::LabelsConfig;
 use crate::redact::config::RedactConfig;
 use crate::sample::config::{SampleConfig, StrataConfig};
+use crate::sample::variant::config::VariantsConfig;
 use crate::source::config::{SourceConfig, SourceKind};
 use crate::source::kafka::config::KafkaConfig;
 use crate::trace::config::DecodeConfig;
@@ -57,6 +58,9 @@ pub struct Config {
     /// Which traces go to the sampled (costly) judge.
     #[serde(default)]
     pub sample: SampleConfig,
+    /// Which release served a trace, and how each candidate is compared with the baseline.
+    #[serde(default)]
+    pub variants: VariantsConfig,
     /// Judges and their work queue.
     #[serde(default)]
     pub judge: JudgeConfig,
@@ -199,6 +203,7 @@ impl Config {
         self.validate_source(&mut p);
         self.strata.validate(&mut p);
         self.sample.validate(&self.strata, &mut p);
+        self.variants.validate(&mut p);
         self.judge.validate(&mut p);
         self.budget.validate(&mut p);
         self.fleet

@@ -3,7 +3,7 @@
 
 pub mod config;
 mod decode;
-mod metadata;
+pub(crate) mod metadata;
 pub mod otlp;
 
 pub use decode::Decoder;
