@@ -9,6 +9,7 @@
 //! observation (`exemplars`); `/metrics` writes them in the OpenMetrics format
 //! (`openmetrics`) when the scraper asks for it.
 
+pub(crate) mod comparison;
 pub mod config;
 pub(crate) mod exemplars;
 pub(crate) mod openmetrics;

@@ -6,6 +6,7 @@
 //! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
 //! record through a [`Shared`].
 
+mod comparison;
 pub mod config;
 mod evaluator;
 mod feedback;
@@ -42,6 +43,8 @@ pub struct Shared {
     families: Arc<(crate::audit::config::AuditConfig, Option<String>)>,
     /// The length-correlation sums' series, resolved once.
     length_moments: Arc<crate::metrics::LengthMoments>,
+    /// The variant comparison, when `[variants]` is on.
+    comparisons: Option<Arc<comparison::Comparisons>>,
 }
 
 impl Shared {
@@ -103,7 +106,20 @@ impl Shared {
             metrics.precreate_estimate_terms(stratifier.names());
         }
         let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
+        let sampled_judge = match config.judge.sampled {
+            SampledJudge::Llm => JudgeKind::Llm,
+            SampledJudge::None | SampledJudge::Offline => JudgeKind::Offline,
+        };
+        let comparisons = comparison::Comparisons::new(
+            config,
+            stratifier.names(),
+            sampled_judge,
+            &judge_model(config),
+            &metrics.registry,
+        )
+        .map(Arc::new);
         Self {
+            comparisons,
             metrics,
             windows: Arc::new(Mutex::new(windows)),
             stratifier,
@@ -186,10 +202,19 @@ impl Shared {
         counts
     }
 
-    /// Everything a verdict on `trace` at time `now` feeds: the counts, the windows (and, for the
+    /// Everything a verdict on `trace` at time `now` feeds: the variant comparison's arrivals, the
+    /// counts, the windows (and, for the
     /// offline judge, the combined estimate's population), the live judge audit, and the memory
     /// that human labels join. Each score keeps the trace id as its bucket's exemplar.
     pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) {
+        if let Some(c) = &self.comparisons {
+            c.arrive(stratum, trace, now);
+        }
+        self.record_verdict(stratum, verdict, trace, now);
+    }
+
+    /// [`Shared::record`] without the arrival: a verdict on a trace already counted.
+    fn record_verdict(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) {
         self.record_scores(stratum, verdict, &trace.trace_id, now);
         self.record_audit(stratum, trace, verdict);
         self.remember(&trace.trace_id, stratum, verdict, now);
@@ -236,7 +261,10 @@ impl Shared {
         trace: &Trace,
         now: u64,
     ) {
-        self.record(stratum, verdict, trace, now);
+        self.record_verdict(stratum, verdict, trace, now);
+        if let Some(c) = &self.comparisons {
+            c.judged(stratum, trace, verdict, probability);
+        }
         if !self.estimate || verdict.judge != JudgeKind::Llm {
             return;
         }
