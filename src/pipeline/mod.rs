@@ -108,10 +108,11 @@ impl Pipeline {
     pub fn new(config: &Config, shared: Shared, judge_tx: Option<mpsc::Sender<JudgeJob>>) -> Self {
         Self {
             decoder: Decoder::new(&config.decode),
-            sampler: Sampler::new(
+            sampler: Sampler::with_candidate_boost(
                 &config.sample,
                 config.sample.min_window_secs(&config.windows),
                 shared.stratifier.names(),
+                config.variants.candidate_sample_boost(),
             ),
             offline: OfflineJudge::default(),
             shared,
@@ -234,11 +235,12 @@ impl Pipeline {
             trace.contexts.iter().map(|c| c.score),
         );
         self.shared.record(stratum, &verdict, &trace, now);
-        let (decision, probability) = self.sampler.decide_with_probability(
+        let (decision, probability) = self.sampler.decide_tiered(
             stratum,
             &trace.trace_id,
             now / 1000,
             verdict.uncertain,
+            self.shared.is_candidate(&trace),
         );
         if !decision.sampled() {
             self.keep(trace);

@@ -86,6 +86,11 @@ impl Comparisons {
         self.variants.assign(trace)
     }
 
+    /// Whether `trace` comes from a declared candidate.
+    pub fn is_candidate(&self, trace: &Trace) -> bool {
+        self.variants.is_candidate(self.variant(trace))
+    }
+
     /// One trace arrived (every trace, once): its variant's traffic, and the arrivals of the arms
     /// it belongs to. A candidate's first trace, or its first after an idle spell, starts its
     /// comparison: both arms from zero.

@@ -176,6 +176,13 @@ impl Shared {
         }
     }
 
+    /// Whether `trace` comes from a candidate release under comparison (sampled at the boost).
+    pub(crate) fn is_candidate(&self, trace: &Trace) -> bool {
+        self.comparisons
+            .as_ref()
+            .is_some_and(|c| c.is_candidate(trace))
+    }
+
     /// Joins one human label line (see `Feedback`); `Invalid` when labels are off.
     pub fn label(&self, line: &[u8], now: u64) -> LabelOutcome {
         match &self.feedback {

@@ -31,39 +31,57 @@ impl SamplerDecision {
 /// Per-stratum sampling state.
 #[derive(Debug, Clone)]
 pub struct Sampler {
-    thresholds: Vec<u64>,
-    boosted: Vec<u64>,
-    rates: Vec<(f64, f64)>,
+    /// By stratum, then tier ([`tier`]): the hash threshold and the rate it stands for.
+    thresholds: Vec<[u64; 4]>,
+    rates: Vec<[f64; 4]>,
     min_per_window: u32,
     window_secs: u64,
     windows: Vec<(u64, u32)>,
+}
+
+/// The tier of a trace: uncertain (the offline judge is unsure), candidate (a release under
+/// comparison with the baseline), both, or neither.
+fn tier(uncertain: bool, candidate: bool) -> usize {
+    usize::from(uncertain) + 2 * usize::from(candidate)
 }
 
 impl Sampler {
     /// A sampler for the strata named in `strata` (in [`super::Stratifier::names`] order), with the
     /// per-stratum minimum counted over windows of `min_window_secs`.
     pub fn new(config: &SampleConfig, min_window_secs: u64, strata: &[String]) -> Self {
-        let thresholds = strata
-            .iter()
-            .map(|s| rate_threshold(*config.rates.get(s).unwrap_or(&config.default_rate)))
-            .collect();
-        let boosted = strata
+        Self::with_candidate_boost(config, min_window_secs, strata, 1.0)
+    }
+
+    /// [`Sampler::new`], with traces of a candidate release sampled at `candidate_boost` times
+    /// their rate: a canary serving a tenth of the traffic gets enough verdicts to be compared.
+    pub fn with_candidate_boost(
+        config: &SampleConfig,
+        min_window_secs: u64,
+        strata: &[String],
+        candidate_boost: f64,
+    ) -> Self {
+        let rates: Vec<[f64; 4]> = strata
             .iter()
             .map(|s| {
                 let rate = *config.rates.get(s).unwrap_or(&config.default_rate);
-                rate_threshold(rate * config.uncertain_boost)
-            })
-            .collect();
-        let rates = strata
-            .iter()
-            .map(|s| {
-                let rate = *config.rates.get(s).unwrap_or(&config.default_rate);
-                (rate, (rate * config.uncertain_boost).min(1.0))
+                let mut by_tier = [0.0; 4];
+                for uncertain in [false, true] {
+                    for candidate in [false, true] {
+                        let mut r = rate;
+                        if uncertain {
+                            r *= config.uncertain_boost;
+                        }
+                        if candidate {
+                            r *= candidate_boost;
+                        }
+                        by_tier[tier(uncertain, candidate)] = r.min(1.0);
+                    }
+                }
+                by_tier
             })
             .collect();
         Self {
-            thresholds,
-            boosted,
+            thresholds: rates.iter().map(|r| r.map(rate_threshold)).collect(),
             rates,
             min_per_window: config.min_per_window,
             window_secs: min_window_secs.max(1),
@@ -95,12 +113,22 @@ impl Sampler {
         now_secs: u64,
         uncertain: bool,
     ) -> (SamplerDecision, f64) {
-        let (rate, boosted) = self.rates[stratum];
-        let threshold = if uncertain {
-            self.boosted[stratum]
-        } else {
-            self.thresholds[stratum]
-        };
+        self.decide_tiered(stratum, trace_id, now_secs, uncertain, false)
+    }
+
+    /// [`Sampler::decide_with_probability`] for a trace that may be a `candidate` release's,
+    /// sampled at the candidate boost.
+    pub fn decide_tiered(
+        &mut self,
+        stratum: StratumId,
+        trace_id: &str,
+        now_secs: u64,
+        uncertain: bool,
+        candidate: bool,
+    ) -> (SamplerDecision, f64) {
+        let t = tier(uncertain, candidate);
+        let threshold = self.thresholds[stratum][t];
+        let rate = self.rates[stratum][t];
         let window = now_secs / self.window_secs;
         let slot = &mut self.windows[stratum];
         if slot.0 != window {
@@ -115,8 +143,6 @@ impl Sampler {
         };
         let probability = if slot.1 < self.min_per_window {
             1.0
-        } else if uncertain {
-            boosted
         } else {
             rate
         };
@@ -201,6 +227,24 @@ mod tests {
             if a.decide(0, &id, 0, false).sampled() { prop_assert!(b.decide(0, &id, 0, false).sampled()); }
             // An uncertain trace is sampled whenever a certain one with the same id is.
             if a.decide(0, &id, 0, false).sampled() { prop_assert!(a.decide(0, &id, 0, true).sampled()); }
+        }
+
+        #[test]
+        fn a_candidate_is_sampled_at_its_boost_and_whenever_a_baseline_trace_would_be(
+            id in ".{1,40}", rate in 0.0f64..=1.0, boost in 1.0f64..=10.0, uncertain: bool
+        ) {
+            let config = SampleConfig { default_rate: rate, min_per_window: 0, ..SampleConfig::default() };
+            let mut s = Sampler::with_candidate_boost(&config, 60, &["a".into()], boost);
+            let (plain, _) = s.decide_tiered(0, &id, 0, uncertain, false);
+            let (candidate, p) = s.decide_tiered(0, &id, 0, uncertain, true);
+            if plain.sampled() { prop_assert!(candidate.sampled()); }
+            let tiered = if uncertain { rate * config.uncertain_boost } else { rate };
+            prop_assert!((p - (tiered * boost).min(1.0)).abs() < 1e-12);
+            // The reference: sampled exactly when the hash falls under the boosted rate.
+            let reference = (hash_unit(&id) as f64) < (tiered * boost).min(1.0) * u64::MAX as f64;
+            if (tiered * boost) < 1.0 && (hash_unit(&id) as f64 - (tiered * boost) * u64::MAX as f64).abs() > 4096.0 {
+                prop_assert_eq!(candidate.sampled(), reference);
+            }
         }
     }
 }

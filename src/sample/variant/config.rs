@@ -41,6 +41,11 @@ pub struct VariantsConfig {
     /// comparison undecided and raises a sample-ratio-mismatch warning.
     #[serde(default)]
     pub share: BTreeMap<String, f64>,
+    /// A candidate's traces are sampled for the sampled judge at this multiple of their rate
+    /// (capped at 1), so a canary serving a tenth of the traffic gets enough verdicts to be
+    /// compared within a rollout; their weights (1/inclusion probability) keep every mean unbiased.
+    #[serde(default = "default_candidate_boost")]
+    pub candidate_boost: f64,
     /// A candidate is worse when it is confidently worse than the baseline by more than this.
     #[serde(default = "default_margin")]
     pub margin: f64,
@@ -77,12 +82,17 @@ impl Default for VariantsConfig {
             map: BTreeMap::new(),
             missing: Missing::default(),
             share: BTreeMap::new(),
+            candidate_boost: default_candidate_boost(),
             margin: default_margin(),
             min_judged: default_min_judged(),
             restart_after_idle_secs: default_restart_after_idle_secs(),
             deadline_secs: default_deadline_secs(),
         }
     }
+}
+
+fn default_candidate_boost() -> f64 {
+    4.0
 }
 
 fn default_margin() -> f64 {
@@ -105,6 +115,15 @@ impl VariantsConfig {
     /// Whether variants are on.
     pub fn enabled(&self) -> bool {
         !self.declared.is_empty()
+    }
+
+    /// The sampling boost of candidates' traces: 1 when variants are off.
+    pub fn candidate_sample_boost(&self) -> f64 {
+        if self.enabled() {
+            self.candidate_boost
+        } else {
+            1.0
+        }
     }
 
     /// The declared variants other than the baseline, in declared order.
@@ -173,6 +192,9 @@ impl VariantsConfig {
             if !(*share > 0.0 && *share < 1.0) {
                 p.add(&field, format!("{share} is not in (0, 1)"));
             }
+        }
+        if !(self.candidate_boost >= 1.0 && self.candidate_boost.is_finite()) {
+            p.add("variants.candidate_boost", "must be >= 1");
         }
         if !(0.0..1.0).contains(&self.margin) {
             p.add(
