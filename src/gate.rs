@@ -283,7 +283,7 @@ impl Compare {
         Ok(Self {
             candidate: candidate.to_owned(),
             baseline: baseline.to_owned(),
-            metrics: vec!["faithfulness".to_owned()],
+            metrics: vec![crate::dimensions::Quality::GATED.name().to_owned()],
             stratum: "all".to_owned(),
             margin: 0.05,
             min_judged: 30,
