@@ -68,6 +68,8 @@ impl Quality {
     ];
     /// How many metrics there are.
     pub(crate) const COUNT: usize = Quality::ALL.len();
+    /// The metric a rollout gate compares when none is named.
+    pub const GATED: Quality = Quality::Faithfulness;
 
     /// The metric's row.
     pub const fn spec(self) -> &'static QualitySpec {

@@ -30,17 +30,9 @@ enum Command {
     },
     /// Evaluate JSONL trace files (or OTLP span files) once and print a per-stratum summary.
     Replay(ReplayArgs),
-    /// Check a replay summary against floors and maximum drops; exits 1 when a check fails.
-    Gate {
-        /// The summary of the run under test (`replay --summary`).
-        results: PathBuf,
-        /// The gate file (see config/gate.toml).
-        #[arg(long)]
-        gate: PathBuf,
-        /// Summaries of baseline runs; give several repeated runs to let the gate see their spread.
-        #[arg(long)]
-        baseline: Vec<PathBuf>,
-    },
+    /// Check a replay summary against floors and maximum drops, or compare two variants of it;
+    /// exits 1 when a check fails.
+    Gate(GateArgs),
     /// Train the offline judge's model on labelled traces (5-fold CV grouped by question).
     TrainOffline {
         /// Labelled JSONL traces (`label_faithful`).
@@ -90,6 +82,38 @@ enum Command {
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
     },
+}
+
+/// `ragwatch gate`'s arguments.
+#[derive(clap::Args)]
+struct GateArgs {
+    /// The summary of the run under test (`replay --summary`).
+    results: PathBuf,
+    /// The gate file (see config/gate.toml); its `[compare]` sets `--compare`'s defaults.
+    #[arg(long, required_unless_present = "compare")]
+    gate: Option<PathBuf>,
+    /// Summaries of baseline runs; give several repeated runs to let the gate see their spread.
+    #[arg(long)]
+    baseline: Vec<PathBuf>,
+    /// Compare two variants of the summary (replayed with `[variants]` on): fails when the
+    /// candidate is confidently worse than the baseline by more than the margin.
+    #[arg(long, value_name = "CANDIDATE=BASELINE")]
+    compare: Option<String>,
+    /// The config whose `[variants]` gives the comparison's margin and min_judged.
+    #[arg(long, requires = "compare")]
+    config: Option<PathBuf>,
+    /// A metric to compare (repeat for several); default faithfulness.
+    #[arg(long = "metric", requires = "compare")]
+    metrics: Vec<String>,
+    /// Worse means confidently worse by more than this (default `[variants].margin`, 0.05).
+    #[arg(long, requires = "compare")]
+    margin: Option<f64>,
+    /// Scores each variant needs before a verdict (default `[variants].min_judged`, 30).
+    #[arg(long, requires = "compare")]
+    min_judged: Option<u64>,
+    /// An undecided comparison fails instead of passing with a note.
+    #[arg(long, requires = "compare")]
+    require_decided: bool,
 }
 
 /// `ragwatch replay`'s arguments.
@@ -260,13 +284,9 @@ fn main() -> ExitCode {
                 }
             })
         }
-        Command::Gate {
-            results,
-            gate,
-            baseline,
-        } => {
+        Command::Gate(args) => {
             init_logging(LogFormat::Text, &env);
-            run_gate(&results, &gate, &baseline)
+            run_gate(&args, &env)
         }
         Command::Replay(args) => replay(&runtime, args, &env),
     }
@@ -305,26 +325,66 @@ fn write_audit(
     })
 }
 
-fn run_gate(results: &std::path::Path, gate: &std::path::Path, baselines: &[PathBuf]) -> ExitCode {
+/// `ragwatch gate`: the gate file's checks, then the comparison of `--compare`; exit 1 when any
+/// fails, 2 when they cannot run.
+fn run_gate(args: &GateArgs, env: &HashMap<String, String>) -> ExitCode {
     use ragwatch::gate;
-    let run = || -> Result<Vec<gate::Outcome>, gate::GateError> {
-        let g = gate::read_gate(gate)?;
-        let r = gate::read_figures(results)?;
-        let b = baselines
-            .iter()
-            .map(|p| gate::read_figures(p))
-            .collect::<Result<Vec<_>, _>>()?;
-        gate::evaluate(&g, &r, &b)
+    let variants = match &args.config {
+        Some(path) => match load(path, env) {
+            Ok(c) => Some(c.variants),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    let run = || -> Result<bool, gate::GateError> {
+        let file = args.gate.as_deref().map(gate::read_gate).transpose()?;
+        let r = gate::read_figures(&args.results)?;
+        let compare = match &args.compare {
+            Some(pair) => {
+                let mut c = gate::Compare::new(pair)?;
+                if let Some(v) = &variants {
+                    c.margin = v.margin;
+                    c.min_judged = v.min_judged;
+                }
+                if let Some(cc) = file.as_ref().and_then(|g| g.compare.as_ref()) {
+                    c = c.with_file(cc);
+                }
+                if !args.metrics.is_empty() {
+                    c.metrics.clone_from(&args.metrics);
+                }
+                c.margin = args.margin.unwrap_or(c.margin);
+                c.min_judged = args.min_judged.unwrap_or(c.min_judged);
+                c.require_decided |= args.require_decided;
+                c.validate()?;
+                Some(c)
+            }
+            None => None,
+        };
+        let mut passed = true;
+        if let Some(g) = &file
+            && (!g.checks.is_empty() || compare.is_none())
+        {
+            let b = args
+                .baseline
+                .iter()
+                .map(|p| gate::read_figures(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let outcomes = gate::evaluate(g, &r, &b)?;
+            print!("{}", gate::table(&outcomes));
+            passed &= outcomes.iter().all(gate::Outcome::passed);
+        }
+        if let Some(c) = &compare {
+            let comparisons = gate::compare(c, &r)?;
+            print!("{}", gate::compare_table(c, &comparisons));
+            passed &= comparisons.iter().all(|o| o.passed(c.require_decided));
+        } else if file.as_ref().is_some_and(|g| g.compare.is_some()) {
+            eprintln!("ragwatch: the gate file's [compare] applies only with --compare");
+        }
+        Ok(passed)
     };
     match run() {
-        Ok(outcomes) => {
-            print!("{}", gate::table(&outcomes));
-            if outcomes.iter().all(gate::Outcome::passed) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("ragwatch: {e}");
             ExitCode::from(2)

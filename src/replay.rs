@@ -22,6 +22,7 @@ use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
 use crate::pipeline::{Evaluation, Pipeline};
 use crate::recorder::Shared;
+use crate::sample::{VariantId, Variants};
 use crate::trace::Trace;
 
 mod lines;
@@ -61,6 +62,58 @@ pub struct StratumSummary {
     /// Tokens per query from the traces' own `metadata.usage`.
     #[serde(skip)]
     pub tokens: Vec<f64>,
+    /// With `[variants]`: per variant (indexed as [`Variants::names`]), its traces and the
+    /// moments of each metric's scores.
+    #[serde(skip)]
+    pub(crate) variants: Vec<VariantSums>,
+}
+
+/// One variant's traces and score moments in one stratum.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(crate) struct VariantSums {
+    /// Traces counted (judged or skipped), as [`StratumSummary::traces`].
+    pub traces: u64,
+    /// Per metric, the moments of the scores of the judge that replayed the traces.
+    pub scores: PerQuality<Moments>,
+}
+
+/// A count, sum and sum of squares of scores: what a two-sample test of means needs.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(crate) struct Moments {
+    /// Scores.
+    pub n: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// The sum of their squares.
+    pub sum_sq: f64,
+}
+
+impl Moments {
+    fn add(&mut self, y: f64) {
+        self.n += 1;
+        self.sum += y;
+        self.sum_sq += y * y;
+    }
+
+    fn merge(&mut self, o: &Moments) {
+        self.n += o.n;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+    }
+
+    /// The mean, when there is a score.
+    fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+}
+
+impl VariantSums {
+    fn merge(&mut self, o: &VariantSums) {
+        self.traces += o.traces;
+        for (m, x) in self.scores.iter_mut() {
+            x.merge(&o.scores[m]);
+        }
+    }
 }
 
 impl StratumSummary {
@@ -121,8 +174,50 @@ impl StratumSummary {
         self.agree += o.agree;
         self.retrieval.extend(o.retrieval.iter().cloned());
         self.tokens.extend_from_slice(&o.tokens);
+        if self.variants.len() < o.variants.len() {
+            self.variants
+                .resize(o.variants.len(), VariantSums::default());
+        }
+        for (a, b) in self.variants.iter_mut().zip(&o.variants) {
+            a.merge(b);
+        }
+    }
+
+    /// The figures of variant `v`.
+    fn variant(&mut self, v: VariantId) -> &mut VariantSums {
+        if self.variants.len() <= v {
+            self.variants.resize(v + 1, VariantSums::default());
+        }
+        &mut self.variants[v]
+    }
+
+    /// Per-variant figures, named `variant/<name>/...`: `traces`, and per metric its mean
+    /// (`variant/<name>/<metric>`, when a trace has a score) with the count, sum and sum of squares
+    /// of the scores (`.../n`, `.../sum`, `.../sum_sq`). Every declared variant is there, `other`
+    /// and `unknown` only with traces.
+    fn variant_figures(&self, variants: &Variants, f: &mut BTreeMap<String, f64>) {
+        let declared = variants.names().len() - 2;
+        for (v, name) in variants.names().iter().enumerate() {
+            let sums = self.variants.get(v).copied().unwrap_or_default();
+            if v >= declared && sums.traces == 0 {
+                continue;
+            }
+            let key = |rest: &str| format!("{VARIANT_FIGURE_PREFIX}{name}/{rest}");
+            f.insert(key("traces"), sums.traces as f64);
+            for (m, x) in sums.scores.iter() {
+                if let Some(mean) = x.mean() {
+                    f.insert(key(m.name()), mean);
+                }
+                f.insert(key(&format!("{}/n", m.name())), x.n as f64);
+                f.insert(key(&format!("{}/sum", m.name())), x.sum);
+                f.insert(key(&format!("{}/sum_sq", m.name())), x.sum_sq);
+            }
+        }
     }
 }
+
+/// The prefix of the per-variant figures in a replay summary (`variant/canary/faithfulness/n`).
+pub const VARIANT_FIGURE_PREFIX: &str = "variant/";
 
 /// The result of a replay.
 #[derive(Debug, Default, Serialize)]
@@ -144,6 +239,9 @@ pub struct Summary {
     pub audit: BTreeMap<&'static str, Vec<AuditSample>>,
     /// With `--labels`: the join and each judge's agreement.
     pub labels: Option<LabelJoin>,
+    /// With `[variants]`: how a trace's variant is read.
+    #[serde(skip)]
+    pub(crate) variants: Option<Variants>,
 }
 
 /// What a trace's record carries besides its evaluation: with the LLM judge, the offline judge's
@@ -257,6 +355,7 @@ pub async fn replay_with_labels(
             invalid: l.invalid,
             ..LabelJoin::default()
         }),
+        variants: Variants::new(&config.variants),
         ..Summary::default()
     };
     let judged = Judged {
@@ -562,10 +661,14 @@ impl Summary {
         }
         self.keep_for_audit(trace, extra.offline.as_ref(), None);
         let stratum = shared.stratifier.name(eval.stratum);
+        let variant = self.variants.as_ref().map(|v| v.assign(trace));
         let Some(verdict) = eval.verdict.as_ref() else {
             let s = self.stratum(stratum);
             s.traces += 1;
             s.skipped += 1;
+            if let Some(v) = variant {
+                s.variant(v).traces += 1;
+            }
             return None;
         };
         self.keep_for_audit(trace, Some(verdict), extra.reversed);
@@ -586,6 +689,15 @@ impl Summary {
             if let Some(v) = verdict.score(m) {
                 *sum += v;
                 *n += 1;
+            }
+        }
+        if let Some(v) = variant {
+            let sums = s.variant(v);
+            sums.traces += 1;
+            for (m, x) in sums.scores.iter_mut() {
+                if let Some(y) = verdict.score(m) {
+                    x.add(y);
+                }
             }
         }
         let file_label = judged
@@ -693,16 +805,28 @@ impl Summary {
             .collect()
     }
 
-    /// Figures per stratum plus `all` (every stratum pooled), for `--summary` and `ragwatch gate`.
+    /// Figures per stratum plus `all` (every stratum pooled), for `--summary` and `ragwatch gate`;
+    /// with `[variants]`, each stratum's per-variant figures too.
     pub fn figures(&self) -> BTreeMap<String, BTreeMap<String, f64>> {
-        let mut all = StratumSummary::default();
+        let all = self.pooled();
         let mut out = BTreeMap::new();
-        for (name, s) in &self.strata {
-            all.merge(s);
-            out.insert(name.clone(), s.figures(&self.ks));
+        for (name, s) in self.strata.iter().chain([(&"all".to_owned(), &all)]) {
+            let mut f = s.figures(&self.ks);
+            if let Some(v) = &self.variants {
+                s.variant_figures(v, &mut f);
+            }
+            out.insert(name.clone(), f);
         }
-        out.insert("all".into(), all.figures(&self.ks));
         out
+    }
+
+    /// Every stratum pooled.
+    fn pooled(&self) -> StratumSummary {
+        let mut all = StratumSummary::default();
+        for s in self.strata.values() {
+            all.merge(s);
+        }
+        all
     }
 
     /// The summary as a text table.
@@ -765,6 +889,9 @@ impl Summary {
                 ));
             }
         }
+        if let Some(variants) = &self.variants {
+            t.push_str(&self.variant_table(variants));
+        }
         if let Some(join) = &self.labels {
             t.push_str(&format!(
                 "labels file: joined {}, unknown_trace {}, invalid {}\n",
@@ -789,5 +916,137 @@ impl Summary {
         }
         t.push('\n');
         t
+    }
+
+    /// The per-variant section of the table: per stratum and `all`, each variant's traces and, per
+    /// metric, its mean score with the count and standard deviation. Declared variants are listed
+    /// in `all` whatever their count; elsewhere only variants with traces.
+    fn variant_table(&self, variants: &Variants) -> String {
+        let mut t = format!("{:<16} {:<16} {:>7}", "variant", "stratum", "traces");
+        for m in Quality::ALL {
+            t.push_str(&format!(" {:>26}", format!("{} (n, sd)", m.name())));
+        }
+        t.push('\n');
+        let all = self.pooled();
+        let declared = variants.names().len() - 2;
+        for (v, name) in variants.names().iter().enumerate() {
+            let strata = self.strata.iter().map(|(k, s)| (k.as_str(), s, false));
+            for (stratum, s, always) in strata.chain([("all", &all, v < declared)]) {
+                let sums = s.variants.get(v).copied().unwrap_or_default();
+                if sums.traces == 0 && !always {
+                    continue;
+                }
+                t.push_str(&format!("{name:<16} {stratum:<16} {:>7}", sums.traces));
+                for (_, x) in sums.scores.iter() {
+                    let cell = match x.mean() {
+                        Some(mean) => {
+                            let var = (x.sum_sq - x.sum * mean) / (x.n.max(2) - 1) as f64;
+                            format!("{mean:.3} ({}, {:.3})", x.n, var.max(0.0).sqrt())
+                        }
+                        None => "-".to_owned(),
+                    };
+                    t.push_str(&format!(" {cell:>26}"));
+                }
+                t.push('\n');
+            }
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(id: &str, stratum: &str, release: Option<&str>, answer: &str) -> String {
+        let mut metadata = serde_json::json!({"model": "m"});
+        if let Some(r) = release {
+            metadata["release"] = r.into();
+        }
+        serde_json::json!({
+            "trace_id": id,
+            "query": "How long is the warranty on the Aurora router?",
+            "contexts": [{"id": "d0", "text": "The Aurora router comes with a warranty of 3 years covering parts and labour."}],
+            "answer": answer,
+            "stratum": stratum,
+            "metadata": metadata,
+        })
+        .to_string()
+    }
+
+    async fn replayed(config: &str, lines: &[String]) -> Summary {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("traces.jsonl");
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let config = Config::from_toml_with_env(config, &HashMap::new()).unwrap();
+        replay(&config, &[file], None, &[1], false, &mut Vec::new())
+            .await
+            .unwrap()
+    }
+
+    const VARIANTS: &str = r#"
+        [variants]
+        declared = ["stable", "canary"]
+        baseline = "stable"
+        fields = ["/release"]
+    "#;
+
+    #[tokio::test]
+    async fn per_variant_figures_sum_to_the_strata_and_appear_only_with_variants() {
+        let good = "The warranty on the Aurora router lasts 3 years and covers parts and labour.";
+        let bad = "The warranty on the Aurora router lasts 9 years and covers accidental damage.";
+        let lines = [
+            trace("a", "head", Some("stable"), good),
+            trace("b", "tail", Some("stable"), bad),
+            trace("c", "head", None, good),
+            trace("d", "head", Some("canary"), bad),
+            trace("e", "head", Some("v9"), good),
+        ];
+        let summary = replayed(VARIANTS, &lines).await;
+        let f = summary.figures();
+        let all = &f["all"];
+        assert_eq!(all["variant/stable/traces"], 3.0, "{all:?}");
+        assert_eq!(all["variant/canary/traces"], 1.0);
+        assert_eq!(all["variant/other/traces"], 1.0);
+        assert!(!all.contains_key("variant/unknown/traces"));
+        assert_eq!(f["tail"]["variant/stable/traces"], 1.0);
+        assert_eq!(f["tail"]["variant/canary/traces"], 0.0);
+        assert!(!f["tail"].contains_key("variant/canary/faithfulness"));
+        let n: f64 = ["stable", "canary", "other"]
+            .iter()
+            .map(|v| all[&format!("variant/{v}/faithfulness/n")])
+            .sum();
+        let sum: f64 = ["stable", "canary", "other"]
+            .iter()
+            .map(|v| all[&format!("variant/{v}/faithfulness/sum")])
+            .sum();
+        assert_eq!(n, 5.0);
+        assert!((sum / n - all["faithfulness"]).abs() < 1e-9);
+        let (s, ss, m) = (
+            all["variant/stable/faithfulness/sum"],
+            all["variant/stable/faithfulness/sum_sq"],
+            all["variant/stable/faithfulness"],
+        );
+        assert!((s / 3.0 - m).abs() < 1e-12 && ss >= s * s / 3.0 - 1e-12);
+        assert!(
+            all["variant/canary/faithfulness"] < all["variant/stable/faithfulness"],
+            "{all:?}"
+        );
+        let table = summary.table();
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("canary") && l.contains(" all ")),
+            "{table}"
+        );
+
+        let plain = replayed("", &lines).await;
+        let f = plain.figures();
+        assert!(
+            f.values()
+                .all(|s| s.keys().all(|k| !k.starts_with(VARIANT_FIGURE_PREFIX))),
+            "{f:?}"
+        );
+        assert!(!plain.table().contains("variant"));
     }
 }

@@ -30,7 +30,8 @@ pub(super) fn for_each_trace(
     mut f: impl FnMut(Outcome, u64) -> std::io::Result<()>,
 ) -> std::io::Result<(u64, Dropped)> {
     let decode = &config.decode;
-    let mut assembler: Assembler<u64> = Assembler::new(decode, &config.assembly);
+    let mut assembler: Assembler<u64> = Assembler::new(decode, &config.assembly)
+        .copying_attributes(config.variants.metadata_attributes());
     let mut completed: Vec<Completed<u64>> = Vec::new();
     let mut messages = 0u64;
     let mut dropped = SpanDrop::ALL.map(|d| (d, 0u64));

@@ -53,7 +53,8 @@ impl SpanIngest {
     pub fn new(config: &Config, pipeline: Pipeline) -> Self {
         let metrics = Arc::clone(&pipeline.shared().metrics);
         Self {
-            assembler: Assembler::new(&config.decode, &config.assembly),
+            assembler: Assembler::new(&config.decode, &config.assembly)
+                .copying_attributes(config.variants.metadata_attributes()),
             format: config.decode.format,
             max_message_bytes: config.decode.max_message_bytes,
             max_spans_per_message: config.assembly.max_spans_per_message,

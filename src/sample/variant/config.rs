@@ -126,6 +126,16 @@ impl VariantsConfig {
         }
     }
 
+    /// The OpenTelemetry attributes span assembly copies into a trace's metadata: `attributes`
+    /// when variants are on, else none.
+    pub fn metadata_attributes(&self) -> &[String] {
+        if self.enabled() {
+            &self.attributes
+        } else {
+            &[]
+        }
+    }
+
     /// The declared variants other than the baseline, in declared order.
     pub fn candidates(&self) -> impl Iterator<Item = &str> {
         self.declared

@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::Value;
 
 use super::SpanDrop;
-use super::preset::{Extractor, Kind, SpanFacts, Usage};
+use super::preset::{Extractor, Kind, SpanFacts, Usage, attribute_bytes};
 use crate::trace::config::DecodeConfig;
 use crate::trace::otlp::config::AssemblyConfig;
 use crate::trace::{Context, DecodeError, Decoder, RejectReason, Trace};
@@ -119,6 +119,9 @@ struct Pending<T> {
     root: bool,
     overflow: bool,
     resource_stratum: Option<String>,
+    /// Resource values of the attributes copied into the metadata, the first resource of each
+    /// name.
+    resource_attributes: Vec<(usize, Value)>,
     /// The request that last touched it.
     serial: u64,
     /// Matches its newest entry in the activity queue.
@@ -152,6 +155,7 @@ impl<T: Copy + PartialEq> Assembler<T> {
                 stratum_key: config.stratum_attribute.clone(),
                 max_field_bytes: decode.max_field_bytes,
                 max_docs: decode.max_contexts,
+                metadata_attributes: Vec::new(),
             },
             decoder: Decoder::new(decode),
             config: config.clone(),
@@ -164,6 +168,20 @@ impl<T: Copy + PartialEq> Assembler<T> {
             stamp: 0,
             touched: Vec::new(),
         }
+    }
+
+    /// Copies the span or resource attributes named in `keys` into each trace's metadata under
+    /// their own names: the value of the root-most span that has it, else the resource's; a key the
+    /// metadata already has is left as it is. Only strings, integers, doubles and booleans.
+    pub fn copying_attributes(mut self, keys: &[String]) -> Self {
+        let mut unique: Vec<String> = Vec::new();
+        for k in keys {
+            if !unique.contains(k) {
+                unique.push(k.clone());
+            }
+        }
+        self.extractor.metadata_attributes = unique;
+        self
     }
 
     /// Traces waiting for more spans.
@@ -190,6 +208,11 @@ impl<T: Copy + PartialEq> Assembler<T> {
         self.serial += 1;
         self.touched.clear();
         for mut rs in req.resource_spans {
+            let resource_attributes = rs
+                .resource
+                .as_ref()
+                .map(|r| self.extractor.copied_attributes(&r.attributes))
+                .unwrap_or_default();
             let resource_stratum = rs
                 .resource
                 .as_mut()
@@ -216,6 +239,7 @@ impl<T: Copy + PartialEq> Assembler<T> {
                                 root: false,
                                 overflow: false,
                                 resource_stratum: None,
+                                resource_attributes: Vec::new(),
                                 serial: 0,
                                 stamp: 0,
                             },
@@ -249,7 +273,14 @@ impl<T: Copy + PartialEq> Assembler<T> {
                     if p.resource_stratum.is_none() {
                         p.resource_stratum.clone_from(&resource_stratum);
                     }
-                    let b = facts.bytes();
+                    let mut b = facts.bytes();
+                    for (i, v) in &resource_attributes {
+                        if !p.resource_attributes.iter().any(|(j, _)| j == i) {
+                            let one = (*i, v.clone());
+                            b += attribute_bytes(std::slice::from_ref(&one));
+                            p.resource_attributes.push(one);
+                        }
+                    }
                     p.bytes += b;
                     self.bytes += b;
                     p.spans.push(facts);
@@ -343,7 +374,12 @@ impl<T: Copy + PartialEq> Assembler<T> {
                 format!("more than {} spans", self.config.max_spans_per_trace),
             ))
         } else {
-            build(&trace_id, p.spans, p.resource_stratum, &self.decoder)
+            let resource = Resource {
+                stratum: p.resource_stratum,
+                attributes: p.resource_attributes,
+                keys: &self.extractor.metadata_attributes,
+            };
+            build(&trace_id, p.spans, resource, &self.decoder)
         };
         out.push(Completed {
             trace_id,
@@ -417,10 +453,20 @@ fn depths(spans: &[SpanFacts]) -> Option<Vec<u32>> {
     Some(depth)
 }
 
+/// What a trace takes from the resources its spans came with.
+struct Resource<'a> {
+    /// The stratum attribute.
+    stratum: Option<String>,
+    /// Values of the attributes copied into the metadata.
+    attributes: Vec<(usize, Value)>,
+    /// The names of the attributes copied into the metadata.
+    keys: &'a [String],
+}
+
 fn build(
     trace_id: &str,
     mut spans: Vec<SpanFacts>,
-    resource_stratum: Option<String>,
+    resource: Resource,
     decoder: &Decoder,
 ) -> Outcome {
     let reject = |reason, detail: String| Outcome::Rejected(DecodeError::new(reason, detail));
@@ -479,7 +525,14 @@ fn build(
     let has_llm = spans.iter().any(|s| s.kind == Kind::Llm);
     let reranker = last_ending(&|s| s.kind == Kind::Reranker && !s.docs.is_empty());
 
-    let metadata = merged_metadata(&mut spans, &depth, model_span);
+    let mut metadata = merged_metadata(&mut spans, &depth, model_span);
+    copy_attributes(
+        &mut metadata,
+        &mut spans,
+        &depth,
+        resource.attributes,
+        resource.keys,
+    );
 
     let llm_too_long = spans.iter().any(|s| s.too_long && s.kind == Kind::Llm);
     let mut take = |i: Option<usize>, f: fn(&mut SpanFacts) -> &mut Option<String>| {
@@ -498,7 +551,7 @@ fn build(
         });
     let answer =
         take(chain_out, |s| &mut s.output).or_else(|| take(llm_out, |s| &mut s.completion));
-    let stratum = take(stratum_span, |s| &mut s.stratum).or(resource_stratum);
+    let stratum = take(stratum_span, |s| &mut s.stratum).or(resource.stratum);
 
     let (contexts, any_docs) = contexts_of(&mut spans, reranker);
 
@@ -599,6 +652,36 @@ fn merged_metadata(
         );
     }
     metadata
+}
+
+/// Sets each of `keys` the metadata does not have yet to the value of the root-most span that has
+/// that attribute, else to the resource's value.
+fn copy_attributes(
+    metadata: &mut serde_json::Map<String, Value>,
+    spans: &mut [SpanFacts],
+    depth: &[u32],
+    mut resource: Vec<(usize, Value)>,
+    keys: &[String],
+) {
+    for (i, key) in keys.iter().enumerate() {
+        if metadata.contains_key(key) {
+            continue;
+        }
+        let from_span = (0..spans.len())
+            .filter(|&s| spans[s].attributes.iter().any(|(j, _)| *j == i))
+            .min_by_key(|&s| (depth[s], spans[s].start_ns))
+            .and_then(|s| {
+                let at = spans[s].attributes.iter().position(|(j, _)| *j == i)?;
+                Some(spans[s].attributes.swap_remove(at).1)
+            });
+        let value = from_span.or_else(|| {
+            let at = resource.iter().position(|(j, _)| *j == i)?;
+            Some(resource.swap_remove(at).1)
+        });
+        if let Some(v) = value {
+            metadata.insert(key.clone(), v);
+        }
+    }
 }
 
 /// The contexts: the last-ending reranker's documents when there is one, else every retriever's in
@@ -867,6 +950,120 @@ mod tests {
         let t = traces(&out)[0];
         assert_eq!(t.contexts.len(), 1);
         assert_eq!(t.contexts[0].id.as_deref(), Some("r0"));
+    }
+
+    #[test]
+    fn named_attributes_are_copied_into_the_metadata_root_most_span_first_then_resource() {
+        use crate::trace::otlp::build::attr;
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let keys: Vec<String> = [
+            "service.version",
+            "gen_ai.request.model",
+            "deploy.weight",
+            "deploy.canary",
+            "deploy.share",
+            "deploy.labels",
+            "release",
+            "ragwatch.stratum",
+            "absent",
+        ]
+        .map(String::from)
+        .to_vec();
+        let spans = || {
+            let mut spans = rag(5);
+            spans[1].attributes.extend([
+                s("gen_ai.request.model", "m-deep"),
+                attr("deploy.weight", V::IntValue(7)),
+            ]);
+            spans[2].attributes.extend([
+                s("gen_ai.request.model", "m-root"),
+                s("metadata", r#"{"release": "from-metadata"}"#),
+            ]);
+            spans
+        };
+        let req = || {
+            let mut r = request(spans());
+            r.resource_spans[0].resource = Some(Resource {
+                attributes: vec![
+                    s("service.version", "v1.5.0"),
+                    s("gen_ai.request.model", "m-resource"),
+                    attr("deploy.canary", V::BoolValue(true)),
+                    attr("deploy.share", V::DoubleValue(0.25)),
+                    attr("deploy.labels", V::ArrayValue(Default::default())),
+                    s("release", "from-resource"),
+                ],
+                ..Default::default()
+            });
+            r
+        };
+        let mut a = assembler(AssemblyConfig::default()).copying_attributes(&keys);
+        let mut out = Vec::new();
+        a.add_request(req(), None, 0, &mut out);
+        let t = traces(&out)[0];
+        let m = t.metadata.value();
+        assert_eq!(m["service.version"], "v1.5.0", "{m}");
+        assert_eq!(
+            m["gen_ai.request.model"], "m-root",
+            "the root-most span wins"
+        );
+        assert_eq!(m["deploy.weight"], 7);
+        assert_eq!(m["deploy.canary"], true);
+        assert_eq!(m["deploy.share"], 0.25);
+        assert!(m.get("deploy.labels").is_none(), "arrays are not copied");
+        assert_eq!(m["release"], "from-metadata", "a key already set is kept");
+        assert_eq!(m["ragwatch.stratum"], "tail");
+        assert_eq!(
+            t.stratum.as_deref(),
+            Some("tail"),
+            "the stratum still reads it"
+        );
+        assert!(m.get("absent").is_none());
+        assert_eq!(m["model"], "gpt-x");
+        assert_eq!(a.pending_bytes(), 0);
+
+        // The variant reads the copied resource attribute.
+        let variants = crate::sample::variant::Variants::new(
+            &toml::from_str(
+                r#"declared = ["stable", "canary"]
+                   baseline = "stable"
+                   attributes = ["service.version"]
+                   map = { "v1.5.0" = "canary" }"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(variants.name(variants.assign(t)), "canary");
+
+        // Nothing is copied unless named.
+        let mut plain = assembler(AssemblyConfig::default());
+        let mut out = Vec::new();
+        plain.add_request(req(), None, 0, &mut out);
+        let m = traces(&out)[0].metadata.value().clone();
+        assert!(m.get("service.version").is_none() && m.get("gen_ai.request.model").is_none());
+    }
+
+    #[test]
+    fn a_resource_attribute_reaches_a_trace_split_across_requests() {
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        let keys = vec!["service.version".to_owned()];
+        let mut a = assembler(AssemblyConfig::default()).copying_attributes(&keys);
+        let mut out = Vec::new();
+        let mut spans = rag(6);
+        let root = spans.pop().unwrap();
+        a.add_request(request(spans), Some(1), 0, &mut out);
+        let mut last = request(vec![root]);
+        last.resource_spans[0].resource = Some(Resource {
+            attributes: vec![s("service.version", "v2")],
+            ..Default::default()
+        });
+        a.add_request(last, Some(2), 1, &mut out);
+        let t = traces(&out)[0];
+        assert_eq!(
+            t.metadata.field::<String>("service.version").as_deref(),
+            Some("v2")
+        );
+        assert_eq!(a.pending_bytes(), 0);
     }
 
     #[test]

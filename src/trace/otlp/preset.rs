@@ -85,6 +85,9 @@ pub(super) struct SpanFacts {
     pub stratum: Option<String>,
     /// OpenInference `metadata` (a JSON object), merged into the trace's metadata.
     pub metadata: Option<serde_json::Map<String, Value>>,
+    /// The span's values of the attributes copied into the trace's metadata: (index into
+    /// [`Extractor::metadata_attributes`], value).
+    pub attributes: Vec<(usize, Value)>,
     /// The chain's input was there but only as a serialized object with no question in it.
     pub(crate) input_unreadable: bool,
     /// The chain's output was there but only as a serialized object with no answer in it.
@@ -112,6 +115,7 @@ impl SpanFacts {
                 .map(|d| 48 + s(&d.id) + s(&d.text))
                 .sum::<usize>()
             + self.metadata.as_ref().map_or(0, |m| 64 * m.len())
+            + attribute_bytes(&self.attributes)
     }
 }
 
@@ -122,6 +126,9 @@ pub(super) struct Extractor {
     pub(crate) stratum_key: String,
     pub(crate) max_field_bytes: usize,
     pub(crate) max_docs: usize,
+    /// Span or resource attributes copied into the trace's metadata under their own names
+    /// (`service.version`, `gen_ai.request.model`): what `[variants].attributes` reads.
+    pub(crate) metadata_attributes: Vec<String>,
 }
 
 /// Messages of a model call seen so far: (index, role, text).
@@ -137,6 +144,8 @@ impl Extractor {
             end_ns: span.end_time_unix_nano,
             ..SpanFacts::default()
         };
+        // Copied before the preset moves strings out of the attributes.
+        f.attributes = self.copied_attributes(&span.attributes);
         match self.preset {
             Preset::OpenInference => self.openinference(span, &mut f),
             Preset::OpenLlmetry => self.openllmetry(span, &mut f),
@@ -144,6 +153,38 @@ impl Extractor {
         }
         self.bound(&mut f);
         f
+    }
+
+    /// The values of the attributes in `attributes` named by `metadata_attributes` (the first of
+    /// each name; strings, integers, doubles and booleans, as JSON), cloned: the preset still reads
+    /// them. A string longer than `decode.max_field_bytes` is not copied.
+    pub(crate) fn copied_attributes(&self, attributes: &[KeyValue]) -> Vec<(usize, Value)> {
+        let mut out: Vec<(usize, Value)> = Vec::new();
+        if self.metadata_attributes.is_empty() {
+            return out;
+        }
+        for kv in attributes {
+            let Some(i) = self.metadata_attributes.iter().position(|k| *k == kv.key) else {
+                continue;
+            };
+            if out.iter().any(|(j, _)| *j == i) {
+                continue;
+            }
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(V::StringValue(s)) if s.len() <= self.max_field_bytes => {
+                    Value::String(s.clone())
+                }
+                Some(V::IntValue(n)) => Value::from(*n),
+                Some(V::DoubleValue(d)) => match serde_json::Number::from_f64(*d) {
+                    Some(n) => Value::Number(n),
+                    None => continue,
+                },
+                Some(V::BoolValue(b)) => Value::Bool(*b),
+                _ => continue,
+            };
+            out.push((i, value));
+        }
+        out
     }
 
     /// Reads a resource attribute list for the stratum attribute.
@@ -493,6 +534,14 @@ impl Extractor {
         }
         f.docs.sort_by_key(|d| d.index);
     }
+}
+
+/// Bytes held for copied attribute values.
+pub(super) fn attribute_bytes(attributes: &[(usize, Value)]) -> usize {
+    attributes
+        .iter()
+        .map(|(_, v)| 32 + v.as_str().map_or(0, str::len))
+        .sum()
 }
 
 /// `prefix` `N` `.` `rest` → (N, rest).
@@ -894,6 +943,7 @@ mod tests {
             stratum_key: "ragwatch.stratum".into(),
             max_field_bytes: 1000,
             max_docs: 4,
+            metadata_attributes: Vec::new(),
         }
     }
 
@@ -953,6 +1003,41 @@ mod tests {
         assert_eq!(f.output.as_deref(), Some("{not json"));
         assert_eq!(f.stratum.as_deref(), Some("tail"));
         assert_eq!(f.metadata.unwrap()["route"], "support");
+    }
+
+    #[test]
+    fn named_attributes_are_copied_before_the_preset_reads_them() {
+        let ex = Extractor {
+            metadata_attributes: vec!["llm.model_name".into(), "n".into(), "big".into()],
+            max_field_bytes: 8,
+            ..extractor(Preset::OpenInference)
+        };
+        let mut sp = span(vec![
+            s("openinference.span.kind", "LLM"),
+            s("llm.model_name", "gpt-x"),
+            kv("n", V::DoubleValue(f64::NAN)),
+            kv("n", V::IntValue(3)),
+            s("big", "longer than eight"),
+        ]);
+        let f = ex.extract(&mut sp);
+        assert_eq!(f.model.as_deref(), Some("gpt-x"));
+        assert_eq!(
+            f.attributes,
+            [(0, Value::from("gpt-x")), (1, Value::from(3))],
+            "a NaN and an over-long string are not copied"
+        );
+        assert!(
+            f.bytes()
+                > extractor(Preset::OpenInference)
+                    .extract(&mut span(vec![]))
+                    .bytes()
+        );
+        assert!(
+            extractor(Preset::OpenInference)
+                .extract(&mut sp)
+                .attributes
+                .is_empty()
+        );
     }
 
     #[test]

@@ -1,0 +1,293 @@
+//! Which release broke it, through a real Prometheus running the shipped rules (tests' windows)
+//! and the shipped rollout gates evaluated as their controllers evaluate them.
+//!
+//! One stratum; baseline (`stable`) and candidate (`canary`) traces interleaved at 90/10, read from
+//! files by ragwatch processes, judged by an LLM stand-in whose verdicts follow the traces' human
+//! labels with 10 % of them read the other way:
+//!
+//! | install (job) | replicas | canary | expected |
+//! |---|---|---|---|
+//! | rag-worse | 1 | 60 % faithful (stable 90 %) | `RagwatchVariantWorse` for the canary only; Argo Failed; Flagger out of range |
+//! | rag-verbose | 1 | 90 % faithful, every answer a sentence longer | never worse |
+//! | rag-mixed | 2, judged by two judge models | 60 % faithful | undecided throughout: Inconclusive, inside the range |
+//!
+//! While an arm has fewer than `variants.min_judged` verdicts the verdict is undecided: Argo
+//! Inconclusive, Flagger inside its range.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::label_judge::LabelJudge;
+use crate::common::prometheus::{WINDOWS, query, start_prometheus, test_rules};
+use crate::common::rollout::{ArgoStatus, Gates};
+use crate::common::{Ragwatch, gen_traces, wait_for};
+
+const MIN_JUDGED: u64 = 60;
+
+/// One ragwatch process.
+struct Replica {
+    job: &'static str,
+    /// The canary's share of unfaithful answers (the baseline's is 10 %).
+    canary_unfaithful: f64,
+    verbose_canary: bool,
+    judge_model: &'static str,
+}
+
+const REPLICAS: [Replica; 4] = [
+    Replica {
+        job: "rag-worse",
+        canary_unfaithful: 0.4,
+        verbose_canary: false,
+        judge_model: "judge-a",
+    },
+    Replica {
+        job: "rag-verbose",
+        canary_unfaithful: 0.1,
+        verbose_canary: true,
+        judge_model: "judge-a",
+    },
+    Replica {
+        job: "rag-mixed",
+        canary_unfaithful: 0.4,
+        verbose_canary: false,
+        judge_model: "judge-a",
+    },
+    Replica {
+        job: "rag-mixed",
+        canary_unfaithful: 0.4,
+        verbose_canary: false,
+        judge_model: "judge-b",
+    },
+];
+
+/// Traces of one replica: every tenth a canary's. Returns the file's text and its answers' labels.
+fn traces(i: usize, r: &Replica) -> (String, Vec<(String, bool)>) {
+    const N: usize = 6000;
+    let seed = |k: usize| (100 + 10 * i + k).to_string();
+    let stable = gen_traces(
+        N,
+        &["--strata", "head", "--unfaithful-share", "0.1", "--seed", &seed(0)],
+    );
+    let share = r.canary_unfaithful.to_string();
+    let canary = gen_traces(
+        N / 10,
+        &["--strata", "head", "--unfaithful-share", &share, "--seed", &seed(1), "--prefix", "c"],
+    );
+    let mut text = String::new();
+    let mut labels = Vec::new();
+    let mut canary = canary.into_iter();
+    for (k, (_, line)) in stable.into_iter().enumerate() {
+        let (line, release) = match k % 10 {
+            9 => (canary.next().unwrap().1, "canary"),
+            _ => (line, "stable"),
+        };
+        let mut v: Value = serde_json::from_slice(&line).unwrap();
+        v["trace_id"] = Value::from(format!("{}-{i}-{k}", v["trace_id"].as_str().unwrap()));
+        v["metadata"]["release"] = Value::from(release);
+        if release == "canary" && r.verbose_canary {
+            // One more sentence, copied from a retrieved context: longer, not less grounded.
+            let extra = v["contexts"][1]["text"].as_str().unwrap().to_owned();
+            let answer = format!("{} {extra}", v["answer"].as_str().unwrap());
+            v["answer"] = Value::from(answer);
+        }
+        labels.push((
+            v["answer"].as_str().unwrap().to_owned(),
+            v["label_faithful"].as_bool().unwrap(),
+        ));
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    (text, labels)
+}
+
+fn start(dir: &Path, i: usize, r: &Replica, file: &Path, judge: &LabelJudge) -> Ragwatch {
+    let config = dir.join(format!("ragwatch-{i}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = \"{}\"\nrate_per_sec = 100.0\nloop = true\n\
+             [strata]\ndeclared = [\"head\"]\n\
+             [sample]\ndefault_rate = 0.5\n[budget]\nrequests_per_minute = 60000\n\
+             [judge]\nsampled = \"llm\"\nworkers = 4\n\
+             [llm]\nbase_url = \"{}\"\nchat_model = \"{}\"\nembedding_model = \"embed-1\"\n\
+             request_timeout_ms = 2000\nbackoff_base_ms = 20\n\
+             [variants]\ndeclared = [\"stable\", \"canary\"]\nbaseline = \"stable\"\n\
+             fields = [\"/release\"]\nmin_judged = {MIN_JUDGED}\n",
+            file.display(),
+            judge.base_url(),
+            r.judge_model,
+        ),
+    )
+    .unwrap();
+    Ragwatch::start(
+        &config,
+        &[
+            (
+                "RAGWATCH__WINDOWS__WINDOW_SECS",
+                format!("[{}, {}, {}]", WINDOWS[0], WINDOWS[1], WINDOWS[2]),
+            ),
+            ("RAGWATCH__WINDOWS__SHORT_SECS", WINDOWS[0].to_string()),
+            ("RAGWATCH__WINDOWS__BASELINE_SECS", WINDOWS[2].to_string()),
+        ],
+    )
+}
+
+fn value(r: &Value) -> f64 {
+    r["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+/// The overall faithfulness verdict of each install's canary, by job.
+fn verdicts(prom: u16) -> BTreeMap<String, f64> {
+    query(
+        prom,
+        "ragwatch:comparison_verdict{stratum=\"*\", metric=\"faithfulness\", variant=\"canary\"}",
+    )
+    .unwrap_or_default()
+    .iter()
+    .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+    .collect()
+}
+
+/// The fewer judged faithfulness verdicts of the canary's two arms, by job.
+fn thinnest_arm(prom: u16) -> BTreeMap<String, f64> {
+    query(
+        prom,
+        "min without (arm) (ragwatch:comparison_judged:sum{stratum=\"head\", metric=\"faithfulness\", variant=\"canary\"})",
+    )
+    .unwrap_or_default()
+    .iter()
+    .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+    .collect()
+}
+
+/// The firing variant alerts, as (alertname, job, variant).
+fn variant_alerts(prom: u16) -> BTreeSet<(String, String, String)> {
+    query(prom, "ALERTS{alertstate=\"firing\"}")
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let label = |k: &str| r["metric"][k].as_str().unwrap_or_default().to_owned();
+            (label("alertname"), label("job"), label("variant"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_worse_canary_fails_its_gates_and_only_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut labels = Vec::new();
+    let mut files = Vec::new();
+    for (i, r) in REPLICAS.iter().enumerate() {
+        let (text, l) = traces(i, r);
+        let file = dir.path().join(format!("traces-{i}.jsonl"));
+        std::fs::write(&file, text).unwrap();
+        labels.extend(l);
+        files.push(file);
+    }
+    let judge = LabelJudge::start(labels, 17);
+    let replicas: Vec<Ragwatch> = REPLICAS
+        .iter()
+        .enumerate()
+        .map(|(i, r)| start(dir.path(), i, r, &files[i], &judge))
+        .collect();
+
+    let mut jobs = String::new();
+    for job in ["rag-worse", "rag-verbose", "rag-mixed"] {
+        jobs.push_str(&format!("  - job_name: {job}\n    static_configs:\n"));
+        for (r, p) in REPLICAS.iter().zip(&replicas) {
+            if r.job == job {
+                jobs.push_str(&format!(
+                    "      - targets: [\"{}\"]\n        labels: {{namespace: rag}}\n",
+                    p.addr
+                ));
+            }
+        }
+    }
+    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
+             scrape_configs:\n{jobs}"
+        ),
+    )
+    .unwrap();
+    let (prom, _prom) = start_prometheus(dir.path(), &[]);
+    let gates = Gates::shipped(prom);
+
+    // Until the worse canary's verdict is in: whatever is thin is undecided, and gated as such.
+    let started = Instant::now();
+    let mut thin_seen = BTreeSet::new();
+    let worse = "(RagwatchVariantWorse, rag-worse, canary)";
+    wait_for(
+        "the worse canary's alert",
+        Duration::from_secs(300),
+        || {
+            let verdicts = verdicts(prom);
+            for (job, n) in thinnest_arm(prom) {
+                if (n as u64) < MIN_JUDGED && verdicts.contains_key(&job) {
+                    assert_eq!(verdicts[&job], 0.0, "{job}: an arm of {n} verdicts decides");
+                    assert_eq!(gates.argo(&job, "canary"), ArgoStatus::Inconclusive, "{job}");
+                    assert!(gates.flagger_passes(&job, "canary"), "{job}");
+                    thin_seen.insert(job);
+                }
+            }
+            let alerts = variant_alerts(prom);
+            let fired = alerts
+                .iter()
+                .any(|(a, j, v)| a == "RagwatchVariantWorse" && j == "rag-worse" && v == "canary");
+            fired.then_some(())
+        },
+    );
+    eprintln!(
+        "{worse} fired {:.0} s after start; thin installs seen undecided: {thin_seen:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        thin_seen.contains("rag-worse"),
+        "the worse canary's thin start was never seen"
+    );
+
+    // From then on, for a short window: the worse canary fails both gates, the verbose one never
+    // does, the mixed-judge install stays undecided, and no alert names another variant or install.
+    let watch = Instant::now();
+    let mut last = BTreeMap::new();
+    while watch.elapsed() < Duration::from_secs(WINDOWS[0]) {
+        let v = verdicts(prom);
+        assert_eq!(v.get("rag-worse"), Some(&-1.0), "{v:?}");
+        assert_ne!(v.get("rag-verbose"), Some(&-1.0), "{v:?}");
+        assert_eq!(v.get("rag-mixed"), Some(&0.0), "judges mixed: {v:?}");
+        assert_eq!(gates.argo("rag-worse", "canary"), ArgoStatus::Failed);
+        assert!(!gates.flagger_passes("rag-worse", "canary"));
+        assert_ne!(gates.argo("rag-verbose", "canary"), ArgoStatus::Failed);
+        assert!(gates.flagger_passes("rag-verbose", "canary"));
+        assert_eq!(gates.argo("rag-mixed", "canary"), ArgoStatus::Inconclusive);
+        assert!(gates.flagger_passes("rag-mixed", "canary"));
+        for (alert, job, variant) in variant_alerts(prom) {
+            if alert.starts_with("RagwatchVariant") {
+                assert_eq!((job.as_str(), variant.as_str()), ("rag-worse", "canary"), "{alert}");
+            }
+            assert_ne!(variant, "stable", "{alert} blames the baseline");
+        }
+        last = v;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let intervals = query(
+        prom,
+        "ragwatch:comparison_lower:ratio{stratum=\"*\", metric=\"faithfulness\"} or ragwatch:comparison_upper:ratio{stratum=\"*\", metric=\"faithfulness\"}",
+    )
+    .unwrap_or_default();
+    eprintln!("verdicts {last:?}; bounds {intervals:?}");
+    // Nothing reached the stand-in that it had no label for.
+    assert_eq!(
+        judge
+            .counts
+            .unknown_answers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    drop(replicas);
+}
