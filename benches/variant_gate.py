@@ -25,11 +25,14 @@ verdicts per arm and weight class from that model's exact distribution over the 
 (a multinomial; checked against direct draws at start-up), so a rollout costs a few arrays.
 
 The sampler and the budget, as shipped (config/ragwatch.toml and config/llm.toml [sample] and
-[budget], docs/judges.md, docs/operations.md). Each trace is sampled with probability pi, by a hash
-of its trace id, the same rule for both arms: default_rate 0.05, and traces the offline judge is
-unsure about (--uncertain, 20 % of traces by default, independent of faithfulness) at
-uncertain_boost 3 times that, 0.15: weights 20 and 6.67. Each stratum's first min_per_window (20)
-traces of every 5 minutes are taken with pi = 1 (weight 1). The LLM budget decides how many of the
+[budget], [variants] candidate_boost, src/sample/sampler.rs, docs/judges.md, docs/operations.md).
+Each trace is sampled with probability pi, by a hash of its trace id: the stratum's rate
+(default_rate 0.05), times uncertain_boost 3 for the traces the offline judge is unsure about
+(--uncertain, 20 % of traces by default, independent of faithfulness), times candidate_boost
+(--candidate-boost, 4 by default) for the candidate's traces, capped at 1; its weight is 1/pi. So
+the baseline's traces are sampled at 0.05 and 0.15 (weights 20 and 6.67) and the canary's at 0.2
+and 0.6 (weights 5 and 1.67). Each stratum's first min_per_window (20) traces of every 5 minutes, of
+either arm, are taken with pi = 1 (weight 1). The LLM budget decides how many of the
 sampled traces get a verdict: 60 requests a minute at about 2.5 requests a judged trace (one
 faithfulness call, one answer-relevancy call and its embeddings call, some traces fewer;
 docs/operations.md) is
@@ -39,14 +42,18 @@ the reserve only the guaranteed samples may spend: 24 verdicts per 5 minutes for
 rate-sampled traces, which get them at random among those sampled (the budget skips the rest,
 independently of arm and score). With one stratum that is 20 + 96 = 116 verdicts per 5 minutes.
 --traffic (3,000 traces a minute by default) is high enough that the budget binds at 4x; the
-canary takes --canary-share (10 %) of the traffic, so it gets about 10 % of the verdicts.
+canary takes --canary-share (10 %) of the traffic and, sampled at 4 times the rate, about 31 % of
+the sampled traces: about 32 of the 116 verdicts (12 with --candidate-boost 1).
 
-Printed: for healthy rollouts (both arms 90 % faithful), the share that ever reach `worse` at any
-look (a false fail, with its standard error), and the shares `not worse` and undecided at the
-rollout's end and at 2 hours (deadline_secs, after which Flagger counts undecided as a failed
-check); for canaries that are less faithful from the start, the share reaching `worse`, and the
-judged canary traces and minutes to the first `worse` (median and p90 over all rollouts; `>` when
-that share of rollouts had not reached it by the end). Each at the shipped budget and at 2x and 4x
+Printed: for healthy rollouts (both arms 90 % faithful), the canary's verdicts per 5 minutes, the
+share that ever reach `worse` at any look (a false fail, with its standard error), the share that
+has reached `not worse` at some look by 2, 4 and 6 hours, the share whose verdict at the look at 2,
+4 and 6 hours is `not worse` (the verdict is recomputed at each look and can fall back to
+undecided), and the minutes to the first `not worse` (median, p90, p99): candidates for
+deadline_secs, after which Flagger counts an undecided check as failed. For canaries that are less
+faithful from the start: the share reaching `worse` by 2, 4 and 6 hours, and the judged canary
+traces and minutes to the first `worse` (median and p90 over all rollouts; `>` when that share of
+rollouts had not reached it by the end). Each at the shipped budget and at 2x and 4x
 the verdict rate. A verbose canary that is as faithful (more claims per answer, more uncertain
 offline scores) is a healthy canary to the LLM judge: it scores the share of claims supported, so
 the mean is unchanged; it is run as one more healthy row (6-12 claims, 1.5 times as many uncertain
@@ -57,6 +64,7 @@ the gate passes at some look (for 90 -> 85 %, inside the margin, that is the rig
 
     python3 benches/variant_gate.py [--healthy 10000] [--worse 2000] [--hours 6] [--seed 1]
         [--strata 1|4] [--traffic 3000] [--canary-share 0.1] [--uncertain 0.2]
+        [--candidate-boost 4] [--budgets 1,2,4] [--drops 0.6,0.75,0.85]
 
 Needs numpy. Not part of the test suite: a measurement, reported in docs/rollouts.md.
 """
@@ -76,7 +84,7 @@ ALPHA = 0.05
 REGULARISE = 0.25  # the 0.25 B / n term of var_m
 MISMATCH_Z = 5.0
 SHARE_MIN_TRACES = 100
-DEADLINE_SECS = 7200
+CANDIDATE_BOOST = 4.0
 LOOK_SECS = 300  # a controller's interval (Argo Rollouts, Flagger)
 
 # [sample] (config/ragwatch.toml, config/llm.toml) and [budget] (config/llm.toml).
@@ -148,18 +156,26 @@ def check_verdicts(rng):
         assert abs(drawn.mean() - values @ p) < 0.002
 
 
-def simulate(rng, rollouts, looks, strata, traffic, share, uncertain, budget, canary, chunk=1000):
+def simulate(
+    rng, rollouts, looks, strata, traffic, share, uncertain, budget, canary, boost, chunk=1000
+):
     """Verdicts at every look of `rollouts` rollouts: an int8 array (rollouts, looks) of -1 worse,
     0 undecided, 1 not worse; the candidate's n at each look; and per rollout whether the interval
-    ever left out 0 once decided. `canary` = (faithful, claims,
-    uncertain share) of the candidate; the baseline is 90 % faithful, 2-6 claims."""
+    ever left out 0 once decided. `canary` = (faithful, claims, uncertain share) of the candidate;
+    the baseline is 90 % faithful, 2-6 claims. `boost` = candidate_boost: the candidate's traces
+    are sampled at that many times their rate (capped at 1) and weighted by the inverse."""
     n_s = len(strata)
     weights = np.array([s[1] for s in strata])
     rates = np.array([s[2] for s in strata])
     arms = [canary, (0.9, (2, 6), uncertain)]  # arm 0 = candidate, 1 = baseline
     unsure = np.array([[1 - a[2], a[2]] for a in arms])  # (arm, class)
-    pi = np.stack([rates, np.minimum(1.0, rates * UNCERTAIN_BOOST)], axis=1)  # (stratum, class)
-    w = np.concatenate([1 / pi, np.ones((n_s, 1))], axis=1)  # classes: certain, unsure, guaranteed
+    # Sampling probability by (stratum, arm, class): the stratum's rate, times uncertain_boost for
+    # an unsure trace, times candidate_boost for the candidate's, capped at 1.
+    by_class = np.array([1.0, UNCERTAIN_BOOST])
+    by_arm = np.array([boost, 1.0])
+    pi = np.minimum(1.0, rates[:, None, None] * by_arm[None, :, None] * by_class[None, None, :])
+    # Classes: certain, unsure, guaranteed.
+    w = np.concatenate([1 / pi, np.ones((n_s, 2, 1))], axis=2)
     arm_share = np.array([share, 1 - share])
     lam = traffic * LOOK_SECS / 60 * weights[:, None, None] * arm_share[None, :, None] * unsure[None]
     dists = [verdicts(a[0], a[1]) for a in arms]
@@ -170,7 +186,7 @@ def simulate(rng, rollouts, looks, strata, traffic, share, uncertain, budget, ca
         r = min(chunk, rollouts - start)
         shape = (r, looks, n_s, 2, 2)  # rollout, look, stratum, arm, class
         arrived = rng.poisson(lam, size=shape)
-        sampled = rng.binomial(arrived, pi[None, None, :, None, :])
+        sampled = rng.binomial(arrived, pi[None, None])
         # Guaranteed: each stratum's first min_per_window traces of the window, from the reserve.
         per_stratum = arrived.sum(axis=(3, 4))
         guaranteed = np.minimum(MIN_PER_WINDOW, per_stratum)
@@ -189,7 +205,7 @@ def simulate(rng, rollouts, looks, strata, traffic, share, uncertain, budget, ca
             counts = rng.multinomial(k[:, :, :, a, :], p)  # (..., len(values))
             sy[:, :, :, a, :] = counts @ values
             syy[:, :, :, a, :] = counts @ (values * values)
-        wc = w[None, None, :, None, :]
+        wc = w[None, None]
         terms = [
             k.sum(axis=4),
             (wc * k).sum(axis=4),
@@ -238,15 +254,15 @@ def verdict(n, W, A, B, C, D, T, share):
     return out, n_arm[..., 0], miss
 
 
-def quantiles(first, values, beyond):
-    """Median and p90 of `values` at each rollout's first hit (`first` = look index, -1 none);
+def quantiles(first, values, beyond, qs=(50, 90)):
+    """Quantiles `qs` of `values` at each rollout's first hit (`first` = look index, -1 none);
     `beyond` (a string) where that quantile falls among the rollouts with no hit."""
     x = np.where(first >= 0, values, np.inf)
     out = []
-    for q in (50, 90):
+    for q in qs:
         v = np.percentile(x, q, method="inverted_cdf")
         out.append(f"{v:.0f}" if np.isfinite(v) else beyond)
-    return out
+    return ", ".join(out)
 
 
 def first_look(mask):
@@ -263,6 +279,10 @@ def main():
     p.add_argument("--traffic", type=float, default=3000, help="traces a minute, both arms")
     p.add_argument("--canary-share", type=float, default=0.1, help="the canary's share of traffic")
     p.add_argument("--uncertain", type=float, default=0.2, help="share of traces sampled 3x")
+    p.add_argument(
+        "--candidate-boost", type=float, default=CANDIDATE_BOOST,
+        help="[variants] candidate_boost: the canary's traces sampled at this many times the rate",
+    )
     p.add_argument("--budgets", default="1,2,4", help="multiples of the shipped verdict rate")
     p.add_argument("--drops", default="0.6,0.75,0.85", help="canary faithful shares (from 0.9)")
     p.add_argument("--seed", type=int, default=1)
@@ -271,32 +291,39 @@ def main():
     t0 = time.time()
     check_verdicts(rng)
     looks = int(round(args.hours * 3600 / LOOK_SECS))
-    deadline = DEADLINE_SECS // LOOK_SECS - 1  # the look at 2 hours
+    # Checkpoints every 2 hours and at the end: the look at each (a deadline_secs to choose from).
+    hours = sorted({*range(2, math.ceil(args.hours), 2), args.hours})
+    marks = [int(round(h * 3600 / LOOK_SECS)) - 1 for h in hours]
+    at_hours = " / ".join(f"{h:g} h" for h in hours)
     strata = STRATA[args.strata]
     budgets = [float(b) for b in args.budgets.split(",")]
     drops = [float(d) for d in args.drops.split(",")]
+    boost = args.candidate_boost
 
     def run(count, budget, canary):
         return simulate(
             rng, count, looks, strata, args.traffic, args.canary_share, args.uncertain,
-            budget * VERDICTS_PER_LOOK, canary,
+            budget * VERDICTS_PER_LOOK, canary, boost,
         )
+
+    def shares(mask_at_look):
+        return " / ".join(f"{np.mean(mask_at_look[:, m]):.1%}" for m in marks)
 
     minutes = (np.arange(looks) + 1) * LOOK_SECS / 60
     print(
         f"{args.hours:g} h rollouts, a look every {LOOK_SECS // 60} min, canary "
         f"{args.canary_share:.0%} of {args.traffic:.0f} traces/min, strata "
         f"{', '.join(f'{name} {weight:.0%}' for name, weight, _ in strata)}, "
-        f"{args.uncertain:.0%} of traces sampled 3x, seed {args.seed}"
+        f"{args.uncertain:.0%} of traces sampled 3x, candidate_boost {boost:g}, seed {args.seed}"
     )
     print()
     print("healthy canary (both arms 90 % faithful)")
     print(
-        "| verdicts/5m | canary | rollouts | ever worse (false fail) | not worse at 2 h | "
-        "not worse at end | undecided at end | minutes to not worse (median, p90) | "
-        "interval ever leaves out 0 |"
+        "| verdicts/5m | boost | canary | canary's verdicts/5m | rollouts | "
+        f"ever worse (false fail) | reached not worse by {at_hours} | not worse at {at_hours} | "
+        "minutes to not worse (median, p90, p99) | interval ever leaves out 0 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     healthy_cases = [("as baseline", (0.9, (2, 6), args.uncertain))]
     healthy_cases.append(("verbose, as faithful", (0.9, (6, 12), min(1.0, 1.5 * args.uncertain))))
     for budget in budgets:
@@ -309,17 +336,18 @@ def main():
             se = math.sqrt(rate * (1 - rate) / len(fail))
             shown = f"{rate:.2%} ± {se:.2%}" if rate > 0 else f"0 (95 % bound {3 / len(fail):.2%})"
             passed = first_look(v == 1)
-            med, p90 = quantiles(passed, minutes[passed.clip(0)], f">{minutes[-1]:.0f}")
+            reached = (passed[:, None] >= 0) & (passed[:, None] <= np.arange(looks)[None, :])
+            mins = quantiles(passed, minutes[passed.clip(0)], f">{minutes[-1]:.0f}", (50, 90, 99))
             print(
-                f"| {budget * VERDICTS_PER_LOOK:.0f} ({budget:g}x) | {name} | {len(v)} | {shown} | "
-                f"{np.mean(v[:, deadline] == 1):.1%} | {np.mean(v[:, -1] == 1):.1%} | "
-                f"{np.mean(v[:, -1] == 0):.1%} | {med}, {p90} | {miss.mean():.2%} |",
+                f"| {budget * VERDICTS_PER_LOOK:.0f} ({budget:g}x) | {boost:g} | {name} | "
+                f"{n_c[:, -1].mean() / looks:.1f} | {len(v)} | {shown} | {shares(reached)} | "
+                f"{shares(v == 1)} | {mins} | {miss.mean():.2%} |",
                 flush=True,
             )
     print()
     print("worse canary (90 % faithful baseline; the canary's share from the rollout's start)")
     print(
-        "| verdicts/5m | canary | score drop | rollouts | worse by 2 h | worse by end | "
+        f"| verdicts/5m | boost | canary | score drop | rollouts | worse by {at_hours} | "
         "judged canary traces to worse (median, p90) | minutes to worse (median, p90) | "
         "ever not worse |"
     )
@@ -335,13 +363,13 @@ def main():
             first = first_look(v == -1)
             at = first.clip(0)
             n_at = n_c[np.arange(len(v)), at]
+            caught = (first[:, None] >= 0) & (first[:, None] <= np.arange(looks)[None, :])
             traces = quantiles(first, n_at, f">{np.median(n_c[:, -1]):.0f}")
             mins = quantiles(first, minutes[at], f">{minutes[-1]:.0f}")
             print(
-                f"| {budget * VERDICTS_PER_LOOK:.0f} ({budget:g}x) | 90 -> {drop:.0%} | "
-                f"{mean(0.9) - mean(drop):.3f} | {len(v)} | "
-                f"{np.mean((first >= 0) & (first <= deadline)):.1%} | {np.mean(first >= 0):.1%} | "
-                f"{traces[0]}, {traces[1]} | {mins[0]}, {mins[1]} | {(v == 1).any(axis=1).mean():.1%} |",
+                f"| {budget * VERDICTS_PER_LOOK:.0f} ({budget:g}x) | {boost:g} | "
+                f"90 -> {drop:.0%} | {mean(0.9) - mean(drop):.3f} | {len(v)} | {shares(caught)} | "
+                f"{traces} | {mins} | {(v == 1).any(axis=1).mean():.1%} |",
                 flush=True,
             )
     print()
