@@ -108,7 +108,7 @@ fn default_restart_after_idle_secs() -> u64 {
 }
 
 fn default_deadline_secs() -> u64 {
-    7200
+    21600
 }
 
 impl VariantsConfig {
