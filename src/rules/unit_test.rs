@@ -266,17 +266,65 @@ fn traffic(
 fn worse_faithfulness(variant: &'static str, model_b: &'static str, tail: bool) -> Vec<Arm> {
     let f = "faithfulness";
     let mut arms = vec![
-        arm("a", "head", variant, "candidate", f, "m1", ones(300.0, 150.0, 1.0)),
-        arm("b", "head", variant, "candidate", f, model_b, ones(200.0, 100.0, 2.0)),
-        arm("a", "head", variant, "baseline", f, "m1", ones(500.0, 450.0, 1.0)),
-        arm("b", "head", variant, "baseline", f, model_b, ones(500.0, 450.0, 1.0)),
+        arm(
+            "a",
+            "head",
+            variant,
+            "candidate",
+            f,
+            "m1",
+            ones(300.0, 150.0, 1.0),
+        ),
+        arm(
+            "b",
+            "head",
+            variant,
+            "candidate",
+            f,
+            model_b,
+            ones(200.0, 100.0, 2.0),
+        ),
+        arm(
+            "a",
+            "head",
+            variant,
+            "baseline",
+            f,
+            "m1",
+            ones(500.0, 450.0, 1.0),
+        ),
+        arm(
+            "b",
+            "head",
+            variant,
+            "baseline",
+            f,
+            model_b,
+            ones(500.0, 450.0, 1.0),
+        ),
     ];
     if tail {
         arms.extend([
-            arm("a", "tail", variant, "candidate", f, "m1", ones(200.0, 150.0, 1.0)),
+            arm(
+                "a",
+                "tail",
+                variant,
+                "candidate",
+                f,
+                "m1",
+                ones(200.0, 150.0, 1.0),
+            ),
             arm("b", "tail", variant, "candidate", f, model_b, NONE),
             arm("a", "tail", variant, "baseline", f, "m1", NONE),
-            arm("b", "tail", variant, "baseline", f, model_b, ones(400.0, 340.0, 1.0)),
+            arm(
+                "b",
+                "tail",
+                variant,
+                "baseline",
+                f,
+                model_b,
+                ones(400.0, 340.0, 1.0),
+            ),
         ]);
     }
     arms
@@ -298,13 +346,37 @@ fn comparison_tests() -> String {
     };
     let mut worse = worse_faithfulness("canary", "m1", true);
     worse.extend([
-        arm("a", "head", "canary", "candidate", r, "m1", same(400.0, 0.9)),
-        arm("b", "head", "canary", "baseline", r, "m1", same(400.0, 0.88)),
+        arm(
+            "a",
+            "head",
+            "canary",
+            "candidate",
+            r,
+            "m1",
+            same(400.0, 0.9),
+        ),
+        arm(
+            "b",
+            "head",
+            "canary",
+            "baseline",
+            r,
+            "m1",
+            same(400.0, 0.88),
+        ),
         arm("a", "tail", "canary", "candidate", r, "m1", NONE),
         arm("a", "tail", "canary", "baseline", r, "m1", NONE),
     ]);
     let quiet = [
-        arm("a", "head", "canary", "candidate", f, "m1", same(400.0, 0.88)),
+        arm(
+            "a",
+            "head",
+            "canary",
+            "candidate",
+            f,
+            "m1",
+            same(400.0, 0.88),
+        ),
         arm("a", "head", "canary", "baseline", f, "m1", same(400.0, 0.9)),
         arm("a", "head", "thin", "candidate", f, "m1", same(10.0, 0.2)),
         arm("a", "head", "thin", "baseline", f, "m1", same(400.0, 0.9)),
@@ -321,8 +393,24 @@ fn comparison_tests() -> String {
     ];
     let mut mix = worse_faithfulness("canary", "m2", true);
     mix.extend([
-        arm("a", "head", "canary", "candidate", r, "m1", same(400.0, 0.9)),
-        arm("a", "head", "canary", "baseline", r, "m1", same(400.0, 0.88)),
+        arm(
+            "a",
+            "head",
+            "canary",
+            "candidate",
+            r,
+            "m1",
+            same(400.0, 0.9),
+        ),
+        arm(
+            "a",
+            "head",
+            "canary",
+            "baseline",
+            r,
+            "m1",
+            same(400.0, 0.88),
+        ),
         arm("b", "head", "canary", "candidate", r, "m2", NONE),
         arm("b", "head", "canary", "baseline", r, "m2", NONE),
     ]);
@@ -352,7 +440,10 @@ fn comparison_tests() -> String {
                 "worse_series",
                 comparison_series(&[], &worse, &worse_traffic("canary")),
             ),
-            ("quiet_series", comparison_series(&[], &quiet, &quiet_traffic)),
+            (
+                "quiet_series",
+                comparison_series(&[], &quiet, &quiet_traffic),
+            ),
             (
                 "mix_series",
                 comparison_series(&[], &mix, &worse_traffic("canary")),
