@@ -670,6 +670,7 @@ struct Replica {
 }
 
 impl Replica {
+    /// An arm's faithfulness sums in a stratum, judged by `model`.
     fn sums(
         mut self,
         stratum: &'static str,
@@ -682,6 +683,7 @@ impl Replica {
         self
     }
 
+    /// An arm's sums of another metric in a stratum, judged by m1.
     fn metric_sums(
         mut self,
         stratum: &'static str,
@@ -693,11 +695,13 @@ impl Replica {
         self
     }
 
+    /// The traces of an arm that arrived in a stratum; the judged weight is the same (coverage 1).
     fn arrived(mut self, stratum: &'static str, arm: &'static str, n: f64) -> Self {
         self.arrived.insert((stratum, arm), n);
         self
     }
 
+    /// When this replica's comparison started (Unix seconds).
     fn started(mut self, at: f64) -> Self {
         self.started = at;
         self
@@ -948,7 +952,8 @@ fn the_gates_read_the_verdicts_of_a_real_prometheus() {
                 .started(now - 590.0),
         ]
     };
-    // `fine`: 0.88 against 0.9 in 400 scores each, and answer relevancy too: not worse.
+    // `fine`: faithfulness 0.88 against 0.9 in 400 scores each, answer relevancy 0.8 in both arms:
+    // not worse.
     let fine = [
         Replica::default()
             .sums("head", "candidate", "m1", same(200.0, 0.88))
