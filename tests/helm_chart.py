@@ -10,7 +10,8 @@
       Installs the chart with Helm's install action (the values files merged in order, as with
       `helm install -f a -f b`) and prints {"manifest": ..., "notes": ...} or {"error": ...}. The
       library exposes no dry run, so the install talks to a loopback stand-in for the Kubernetes
-      API: it answers discovery (core, apps, policy and the Prometheus Operator's groups) and accepts
+      API: it answers discovery (core, apps, policy, the Prometheus Operator's, Argo Rollouts' and Flagger's
+      groups) and accepts
       every object. It checks nothing: what is rendered is Helm's own output, which the test then
       validates.
 """
@@ -38,6 +39,8 @@ RESOURCES = {
         ("prometheusrules", "PrometheusRule"),
     ],
     "monitoring.coreos.com/v1alpha1": [("alertmanagerconfigs", "AlertmanagerConfig")],
+    "argoproj.io/v1alpha1": [("analysistemplates", "AnalysisTemplate")],
+    "flagger.app/v1beta1": [("metrictemplates", "MetricTemplate")],
 }
 
 

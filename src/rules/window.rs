@@ -17,7 +17,7 @@ pub struct Windows {
     /// Replaces the ranges of the health alerts (traffic, rejects, judge errors, budget, lag;
     /// 10m and 15m as shipped) when set.
     pub health: Option<Duration>,
-    /// Replaces every `for:` of 5m, 10m and 15m when set.
+    /// Replaces every `for:` of 1m (the variant comparison's), 5m, 10m and 15m when set.
     pub pending: Option<Duration>,
 }
 
@@ -44,6 +44,7 @@ impl Windows {
             ("baseline_sum", sum_range(self.baseline)),
             ("health_10m", health(600)),
             ("health_15m", health(900)),
+            ("for_1m", self.pending_for(60)),
             ("for_5m", self.pending_for(300)),
             ("for_10m", self.pending_for(600)),
             ("for_15m", self.pending_for(900)),

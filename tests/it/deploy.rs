@@ -567,6 +567,42 @@ fn the_example_overlay_generates_a_secret_under_a_hashed_name() {
     }
 }
 
+/// The rollout gates render beside a workload overlay, both or each alone, and pass the same
+/// checks; their templates' own placeholders (Argo's `{{args.*}}`, Flagger's `{{ namespace }}` and
+/// `{{ target }}`) reach the cluster untouched. (Their schemas are checked in
+/// tests/it/rollout_gates.rs: kubernetes-validate knows neither kind.)
+#[test]
+fn the_rollout_gate_components_render_beside_a_workload() {
+    for (component, kinds) in [
+        ("rollout-gates", &["AnalysisTemplate", "MetricTemplate"][..]),
+        ("rollout-gates/argo", &["AnalysisTemplate"][..]),
+        ("rollout-gates/flagger", &["MetricTemplate"][..]),
+    ] {
+        let dir = user_overlay(&[(
+            "kustomization.yaml",
+            &format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {{repo}}/deploy/kubernetes/overlays/sidecar\ncomponents:\n  - {{repo}}/deploy/kubernetes/components/{component}\n"
+            ),
+        )]);
+        let rendered = kustomize(dir.path());
+        validate(component, &rendered);
+        let v = check(component, &rendered);
+        for kind in ["AnalysisTemplate", "MetricTemplate"] {
+            assert_eq!(
+                has_kind(&v, kind),
+                kinds.contains(&kind),
+                "{component}: {kind}"
+            );
+        }
+        if kinds.contains(&"AnalysisTemplate") {
+            assert!(rendered.contains("job=\"{{args.job}}\""), "{rendered}");
+        }
+        if kinds.contains(&"MetricTemplate") {
+            assert!(rendered.contains("job=\"{{ target }}\""), "{rendered}");
+        }
+    }
+}
+
 /// Writes a kustomization into a fresh directory under the test target directory, with `{repo}`
 /// standing for the repository as a relative path (kustomize takes relative paths only).
 fn user_overlay(files: &[(&str, &str)]) -> tempfile::TempDir {
@@ -1596,9 +1632,10 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     let d = test_dashboard();
     for panel in d["panels"].as_array().unwrap() {
         // Kafka's series need a broker: tests/it/alerts.rs checks those panels over a real one.
+        // The variant comparison's need [variants]: tests/it/rollout_gates.rs checks those.
         for expr in exprs(panel)
             .into_iter()
-            .filter(|e| !e.contains("ragwatch_kafka_"))
+            .filter(|e| !e.contains("ragwatch_kafka_") && !e.contains("comparison"))
         {
             let q = substitute(expr);
             wait_for(

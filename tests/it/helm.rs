@@ -4,8 +4,8 @@
 //! container restricted on its own, a config change rolls the pods, the records emptyDir above the
 //! records' cap), with a config ragwatch accepts; the PrometheusRule and the AlertmanagerConfig carry
 //! exactly what deploy/ ships; two releases in one namespace share no object name, select none of
-//! each other's pods, and their dashboards differ in uid, title and file; and the runbook's address
-//! is one value.
+//! each other's pods, and their dashboards differ in uid, title and file; the runbook's address
+//! is one value; and the rollout gates are components/rollout-gates' objects pointed at the release.
 //!
 //! Helm's library comes from helm-sdkpy (PyPI), in a venv tests/run.sh makes; its python is
 //! `RAGWATCH_HELM_PYTHON`, else `~/.cache/ragwatch/helm-venv/bin/python`. tests/helm_chart.py says
@@ -139,6 +139,7 @@ fn the_chart_lints_with_every_values_file() {
         "runbookBaseUrl: https://wiki.example.com/runbook#top\n",
         "config: {toml: \"[source]\", existingConfigMap: mine}\n",
         "servicemonitor: {enabled: true}\n",
+        "rolloutGates: {argo: {enabled: true}, flagger: {enabled: false}, variant: Canary}\n",
     ] {
         let f = values_file(bad);
         let r = helm_chart(&["lint", chart.to_str().unwrap(), f.path().to_str().unwrap()]);
@@ -336,7 +337,7 @@ fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String
 #[test]
 fn two_releases_in_one_namespace_do_not_collide() {
     let everything = values_file(
-        "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\nalertmanagerConfig: {enabled: true}\ndashboard: {enabled: true}\notlp: {enabled: true}\n",
+        "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}\nalertmanagerConfig: {enabled: true}\ndashboard: {enabled: true}\notlp: {enabled: true}\nrolloutGates: {argo: {enabled: true}, flagger: {enabled: true}}\n",
     );
     let everything = everything.path().to_str().unwrap();
     let releases: Vec<(String, Vec<Value>)> = ["ragwatch", "payments"]
@@ -507,4 +508,82 @@ fn the_runbook_address_is_one_value() {
         .find(|v| v["name"] == "runbook")
         .unwrap();
     assert_eq!(runbook["query"], mine);
+}
+
+/// The rollout gates are components/rollout-gates' AnalysisTemplate and MetricTemplate with the
+/// release's namespace, scrape job (the PodMonitor's `<namespace>/<name>`, or the Service's name),
+/// candidate and Prometheus: the same metrics, conditions and queries otherwise. Off by default.
+#[test]
+fn the_rollout_gates_are_the_components_pointed_at_the_release() {
+    let (manifest, _) = render("payments", &[]).unwrap();
+    let kinds: Vec<Value> = objects(&manifest)
+        .iter()
+        .map(|o| o["kind"].clone())
+        .collect();
+    assert!(
+        !kinds.contains(&json!("AnalysisTemplate")) && !kinds.contains(&json!("MetricTemplate"))
+    );
+
+    let load = |path: &str| -> Value {
+        objects(&std::fs::read_to_string(root().join(path)).unwrap())
+            .pop()
+            .unwrap()
+    };
+    let analysis = load("deploy/kubernetes/components/rollout-gates/argo/analysistemplate.yaml");
+    let metric = load("deploy/kubernetes/components/rollout-gates/flagger/metrictemplate.yaml");
+    for (values, job) in [
+        (
+            "podMonitor: {enabled: true}\nrolloutGates: {argo: {enabled: true}, flagger: {enabled: true}, variant: v2, prometheusAddress: 'http://prom.monitoring:9090'}\n",
+            "rag/payments-ragwatch",
+        ),
+        (
+            "serviceMonitor: {enabled: true}\nrolloutGates: {argo: {enabled: true}, flagger: {enabled: true}, variant: v2, prometheusAddress: 'http://prom.monitoring:9090'}\n",
+            "payments-ragwatch",
+        ),
+    ] {
+        let values = values_file(values);
+        let (manifest, _) = render("payments", &[values.path().to_str().unwrap()]).unwrap();
+        let rendered = objects(&manifest);
+        let find = |kind: &str| -> &Value { rendered.iter().find(|o| o["kind"] == kind).unwrap() };
+        let at = find("AnalysisTemplate");
+        assert_eq!(
+            at["metadata"]["name"],
+            "payments-ragwatch-variant-faithfulness"
+        );
+        assert_eq!(at["spec"]["metrics"], analysis["spec"]["metrics"]);
+        let args: BTreeMap<&str, &str> = at["spec"]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["name"].as_str().unwrap(), a["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            args,
+            BTreeMap::from([
+                ("job", job),
+                ("namespace", "rag"),
+                ("variant", "v2"),
+                ("prometheus-address", "http://prom.monitoring:9090"),
+            ])
+        );
+        let mt = find("MetricTemplate");
+        assert_eq!(
+            mt["metadata"]["name"],
+            "payments-ragwatch-variant-faithfulness"
+        );
+        assert_eq!(mt["spec"]["provider"]["type"], "prometheus");
+        assert_eq!(
+            mt["spec"]["provider"]["address"],
+            "http://prom.monitoring:9090"
+        );
+        let expected = metric["spec"]["query"]
+            .as_str()
+            .unwrap()
+            .replace("namespace=\"{{ namespace }}\"", "namespace=\"rag\"")
+            .replace("job=\"{{ target }}\"", &format!("job=\"{job}\""))
+            .replace("variant=\"canary\"", "variant=\"v2\"");
+        assert_ne!(expected, metric["spec"]["query"].as_str().unwrap());
+        assert_eq!(mt["spec"]["query"], expected.as_str());
+        assert!(!expected.contains("{{"), "{expected}");
+    }
 }

@@ -61,3 +61,15 @@ release: {{ . | quote }}
 {{- define "ragwatch.shippedRunbookBase" -}}
 https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md
 {{- end }}
+
+{{/* The `job` label Prometheus gives this release's metrics: the Service's name through the
+ServiceMonitor, <namespace>/<name> through the PodMonitor; rolloutGates.job when set. */}}
+{{- define "ragwatch.scrapeJob" -}}
+{{- if .Values.rolloutGates.job }}
+{{- .Values.rolloutGates.job }}
+{{- else if .Values.podMonitor.enabled }}
+{{- printf "%s/%s" .Release.Namespace (include "ragwatch.fullname" .) }}
+{{- else }}
+{{- include "ragwatch.fullname" . }}
+{{- end }}
+{{- end }}
