@@ -22,10 +22,14 @@ use serde_json::Value;
 
 use crate::common::label_judge::LabelJudge;
 use crate::common::prometheus::{WINDOWS, query, start_prometheus, test_rules};
-use crate::common::rollout::{ArgoStatus, Gates};
+use crate::common::rollout::{
+    ANALYSIS_TEMPLATE, CANARY_METRIC, METRIC_TEMPLATE, Phase, argo_query, assess, flagger_check,
+    flagger_query, load, result,
+};
 use crate::common::{Ragwatch, gen_traces, wait_for};
 
 const MIN_JUDGED: u64 = 60;
+const NAMESPACE: &str = "rag";
 
 /// One ragwatch process.
 struct Replica {
@@ -163,6 +167,37 @@ fn thinnest_arm(prom: u16) -> BTreeMap<String, f64> {
     .collect()
 }
 
+/// The shipped gates, read from their files, asking this test's Prometheus.
+struct Gates {
+    prom: u16,
+    analysis: Value,
+    metric: Value,
+    range: Value,
+}
+
+impl Gates {
+    fn shipped(prom: u16) -> Gates {
+        Gates {
+            prom,
+            analysis: load(ANALYSIS_TEMPLATE),
+            metric: load(METRIC_TEMPLATE),
+            range: load(CANARY_METRIC)["thresholdRange"].clone(),
+        }
+    }
+
+    /// The phase Argo Rollouts gives a measurement of `job`'s `variant` now.
+    fn argo(&self, job: &str, variant: &str) -> Phase {
+        let q = argo_query(&self.analysis, NAMESPACE, job, variant);
+        assess(&self.analysis["spec"]["metrics"][0], &result(self.prom, &q))
+    }
+
+    /// Whether Flagger's check of `job`'s `variant` passes now.
+    fn flagger_passes(&self, job: &str, variant: &str) -> bool {
+        let q = flagger_query(&self.metric, NAMESPACE, job, variant);
+        flagger_check(self.prom, &q, &self.range).1
+    }
+}
+
 /// The firing variant alerts, as (alertname, job, variant).
 fn variant_alerts(prom: u16) -> BTreeSet<(String, String, String)> {
     query(prom, "ALERTS{alertstate=\"firing\"}")
@@ -200,7 +235,7 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         for (r, p) in REPLICAS.iter().zip(&replicas) {
             if r.job == job {
                 jobs.push_str(&format!(
-                    "      - targets: [\"{}\"]\n        labels: {{namespace: rag}}\n",
+                    "      - targets: [\"{}\"]\n        labels: {{namespace: {NAMESPACE}}}\n",
                     p.addr
                 ));
             }
@@ -230,7 +265,7 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
             for (job, n) in thinnest_arm(prom) {
                 if (n as u64) < MIN_JUDGED && verdicts.contains_key(&job) {
                     assert_eq!(verdicts[&job], 0.0, "{job}: an arm of {n} verdicts decides");
-                    assert_eq!(gates.argo(&job, "canary"), ArgoStatus::Inconclusive, "{job}");
+                    assert_eq!(gates.argo(&job, "canary"), Phase::Inconclusive, "{job}");
                     assert!(gates.flagger_passes(&job, "canary"), "{job}");
                     thin_seen.insert(job);
                 }
@@ -260,11 +295,11 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         assert_eq!(v.get("rag-worse"), Some(&-1.0), "{v:?}");
         assert_ne!(v.get("rag-verbose"), Some(&-1.0), "{v:?}");
         assert_eq!(v.get("rag-mixed"), Some(&0.0), "judges mixed: {v:?}");
-        assert_eq!(gates.argo("rag-worse", "canary"), ArgoStatus::Failed);
+        assert_eq!(gates.argo("rag-worse", "canary"), Phase::Failed);
         assert!(!gates.flagger_passes("rag-worse", "canary"));
-        assert_ne!(gates.argo("rag-verbose", "canary"), ArgoStatus::Failed);
+        assert_ne!(gates.argo("rag-verbose", "canary"), Phase::Failed);
         assert!(gates.flagger_passes("rag-verbose", "canary"));
-        assert_eq!(gates.argo("rag-mixed", "canary"), ArgoStatus::Inconclusive);
+        assert_eq!(gates.argo("rag-mixed", "canary"), Phase::Inconclusive);
         assert!(gates.flagger_passes("rag-mixed", "canary"));
         for (alert, job, variant) in variant_alerts(prom) {
             if alert.starts_with("RagwatchVariant") {

@@ -9,6 +9,7 @@ pub mod label_judge;
 pub mod manifests;
 pub mod openai;
 pub mod prometheus;
+pub mod rollout;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
