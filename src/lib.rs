@@ -8,8 +8,10 @@
 //!       ├─ trace::otlp              OTLP spans → assembled Traces (source::SpanIngest joins offsets)
 //!       └─ trace::Decoder           bytes → Trace (native schema or JSON-pointer mapping), or a reject reason
 //!           └─ sample::Stratifier   bounded stratum label: declared strata, `default`, `other`
+//!               (sample::Variants    with [variants]: the release, declared, `other`, `unknown`)
 //!               └─ judge::OfflineJudge   every trace, inline, microseconds, on the original text
 //!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
+//!                   │    (+ each candidate's and the baseline's comparison arms)
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //!                          (redact::Redactor before the LLM judge's API and its verdict records)
@@ -59,7 +61,8 @@
 //! - [`eval`]: AUROC, precision and recall against human labels; retrieval metrics against gold ids.
 //! - [`audit`]: the judge audit: agreement (AUROC, Cohen's kappa) with bootstrap intervals, length
 //!   correlation overall and within each label class, position bias.
-//! - [`sample`]: stratification and hash-based, redelivery-stable sampling with known probabilities.
+//! - [`sample`]: stratification, variants (which release served a trace) and hash-based,
+//!   redelivery-stable sampling with known probabilities (candidates at a boost).
 //! - [`judge`]: verdicts; the offline judge (`judge/offline/`: sentences and tokens, the answer's
 //!   and question's indexes, one pass over the contexts, phrases and citations, the 28 features,
 //!   the logistic model and its trainer; a plain reference of every feature in its tests); the LLM

@@ -41,9 +41,9 @@ mod redaction;
 #[cfg(feature = "prometheus")]
 mod rollout_gates;
 #[cfg(feature = "prometheus")]
-mod variants;
-#[cfg(feature = "prometheus")]
 mod rules;
+#[cfg(feature = "prometheus")]
+mod variants;
 #[cfg(feature = "prometheus")]
 mod write;
 

@@ -638,7 +638,10 @@ fn the_gates_read_the_verdicts_of_a_real_prometheus() {
     }
     for variant in variants {
         assert_eq!(
-            assess(&metric, &result(prom, &argo_query(&at, NAMESPACE, JOB, variant))),
+            assess(
+                &metric,
+                &result(prom, &argo_query(&at, NAMESPACE, JOB, variant))
+            ),
             Phase::Inconclusive,
             "{variant} at start"
         );

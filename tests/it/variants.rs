@@ -73,12 +73,28 @@ fn traces(i: usize, r: &Replica) -> (String, Vec<(String, bool)>) {
     let seed = |k: usize| (100 + 10 * i + k).to_string();
     let stable = gen_traces(
         N,
-        &["--strata", "head", "--unfaithful-share", "0.1", "--seed", &seed(0)],
+        &[
+            "--strata",
+            "head",
+            "--unfaithful-share",
+            "0.1",
+            "--seed",
+            &seed(0),
+        ],
     );
     let share = r.canary_unfaithful.to_string();
     let canary = gen_traces(
         N / 10,
-        &["--strata", "head", "--unfaithful-share", &share, "--seed", &seed(1), "--prefix", "c"],
+        &[
+            "--strata",
+            "head",
+            "--unfaithful-share",
+            &share,
+            "--seed",
+            &seed(1),
+            "--prefix",
+            "c",
+        ],
     );
     let mut text = String::new();
     let mut labels = Vec::new();
@@ -257,26 +273,22 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
     let started = Instant::now();
     let mut thin_seen = BTreeSet::new();
     let worse = "(RagwatchVariantWorse, rag-worse, canary)";
-    wait_for(
-        "the worse canary's alert",
-        Duration::from_secs(300),
-        || {
-            let verdicts = verdicts(prom);
-            for (job, n) in thinnest_arm(prom) {
-                if (n as u64) < MIN_JUDGED && verdicts.contains_key(&job) {
-                    assert_eq!(verdicts[&job], 0.0, "{job}: an arm of {n} verdicts decides");
-                    assert_eq!(gates.argo(&job, "canary"), Phase::Inconclusive, "{job}");
-                    assert!(gates.flagger_passes(&job, "canary"), "{job}");
-                    thin_seen.insert(job);
-                }
+    wait_for("the worse canary's alert", Duration::from_secs(300), || {
+        let verdicts = verdicts(prom);
+        for (job, n) in thinnest_arm(prom) {
+            if (n as u64) < MIN_JUDGED && verdicts.contains_key(&job) {
+                assert_eq!(verdicts[&job], 0.0, "{job}: an arm of {n} verdicts decides");
+                assert_eq!(gates.argo(&job, "canary"), Phase::Inconclusive, "{job}");
+                assert!(gates.flagger_passes(&job, "canary"), "{job}");
+                thin_seen.insert(job);
             }
-            let alerts = variant_alerts(prom);
-            let fired = alerts
-                .iter()
-                .any(|(a, j, v)| a == "RagwatchVariantWorse" && j == "rag-worse" && v == "canary");
-            fired.then_some(())
-        },
-    );
+        }
+        let alerts = variant_alerts(prom);
+        let fired = alerts
+            .iter()
+            .any(|(a, j, v)| a == "RagwatchVariantWorse" && j == "rag-worse" && v == "canary");
+        fired.then_some(())
+    });
     eprintln!(
         "{worse} fired {:.0} s after start, the arms' fewer verdicts {:?}; thin installs seen undecided: {thin_seen:?}",
         started.elapsed().as_secs_f64(),
@@ -318,17 +330,34 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         last = v;
         std::thread::sleep(Duration::from_secs(2));
     }
-    assert!(argo_failed && flagger_failed, "the worse canary passed a gate");
+    assert!(
+        argo_failed && flagger_failed,
+        "the worse canary passed a gate"
+    );
     // Nothing was skipped: a skip that falls more on one arm is a sample ratio mismatch, which the
     // rules answer with an undecided verdict and a warning.
-    let skipped = query(prom, "sum by (job, reason) (ragwatch_traces_skipped_total) > 0").unwrap_or_default();
-    assert!(skipped.is_empty(), "{skipped:?}");
-    let intervals = query(
+    let skipped = query(
         prom,
-        "ragwatch:comparison_lower:ratio{stratum=\"*\", metric=\"faithfulness\"} or ragwatch:comparison_upper:ratio{stratum=\"*\", metric=\"faithfulness\"}",
+        "sum by (job, reason) (ragwatch_traces_skipped_total) > 0",
     )
     .unwrap_or_default();
-    eprintln!("verdicts {last:?}; bounds {intervals:?}");
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let bound = |name: &str| {
+        query(
+            prom,
+            &format!("ragwatch:comparison_{name}:ratio{{stratum=\"*\", metric=\"faithfulness\"}}"),
+        )
+        .unwrap_or_default()
+        .iter()
+        .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+        .collect::<BTreeMap<_, _>>()
+    };
+    eprintln!(
+        "verdicts {last:?}; difference {:?}, lower {:?}, upper {:?}",
+        bound("difference"),
+        bound("lower"),
+        bound("upper")
+    );
     // Nothing reached the stand-in that it had no label for.
     assert_eq!(
         judge

@@ -22,7 +22,8 @@ pub const ANALYSIS_TEMPLATE: &str =
     "deploy/kubernetes/components/rollout-gates/argo/analysistemplate.yaml";
 pub const METRIC_TEMPLATE: &str =
     "deploy/kubernetes/components/rollout-gates/flagger/metrictemplate.yaml";
-pub const CANARY_METRIC: &str = "deploy/kubernetes/components/rollout-gates/flagger/canary-metric.yaml";
+pub const CANARY_METRIC: &str =
+    "deploy/kubernetes/components/rollout-gates/flagger/canary-metric.yaml";
 
 /// A YAML file of the repository, as JSON.
 pub fn load(path: &str) -> Value {
@@ -34,7 +35,6 @@ pub fn load(path: &str) -> Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
-
 
 /// A value of Argo's condition language, as far as the gate's conditions go.
 #[derive(Debug, Clone, Copy, PartialEq)]
