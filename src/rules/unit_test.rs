@@ -264,7 +264,7 @@ fn traffic(
 /// The first test's faithfulness arms of `variant` (head worse, tail undecided), pod b judged by
 /// `model_b`.
 fn worse_faithfulness(variant: &'static str, model_b: &'static str, tail: bool) -> Vec<Arm> {
-    let f = "faithfulness";
+    let f = Quality::GATED.name();
     let mut arms = vec![
         arm(
             "a",
@@ -332,8 +332,13 @@ fn worse_faithfulness(variant: &'static str, model_b: &'static str, tail: bool) 
 
 /// The comparison's tests.
 fn comparison_tests() -> String {
-    let r = "answer_relevancy";
-    let f = "faithfulness";
+    let f = Quality::GATED.name();
+    // Another metric than the gated one, whose arms are not worse.
+    let r = Quality::ALL
+        .into_iter()
+        .find(|q| *q != Quality::GATED)
+        .expect("more than one metric")
+        .name();
     let worse_traffic = |variant| {
         vec![
             traffic("a", "head", variant, "candidate", 300.0, None),
