@@ -65,7 +65,7 @@ enum Command {
         /// One range for every health alert (shipped 10m and 15m).
         #[arg(long, value_parser = humantime::parse_duration)]
         health: Option<std::time::Duration>,
-        /// One pending duration (`for:`) for every alert shipped with 5m, 10m or 15m.
+        /// One pending duration (`for:`) for every alert shipped with 1m, 5m, 10m or 15m.
         #[arg(long, value_parser = humantime::parse_duration)]
         pending: Option<std::time::Duration>,
         /// The label that names a cluster, kept apart by every rule (shipped `cluster`).
