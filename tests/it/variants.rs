@@ -1,7 +1,8 @@
 //! Which release broke it, through a real Prometheus running the shipped rules (tests' windows)
 //! and the shipped rollout gates evaluated as their controllers evaluate them.
 //!
-//! One stratum; baseline (`stable`) and candidate (`canary`) traces interleaved at 90/10, read from
+//! One stratum; baseline (`stable`) and candidate (`canary`) traces interleaved at 90/10 (exactly 10 %
+//! and the canary's share unfaithful by their human labels), read from
 //! files by ragwatch processes, judged by an LLM stand-in whose verdicts follow the traces' human
 //! labels with 10 % of them read the other way:
 //!
@@ -38,6 +39,8 @@ struct Replica {
     canary_unfaithful: f64,
     verbose_canary: bool,
     judge_model: &'static str,
+    /// Traces a second: the install whose alert the test waits for reads faster.
+    rate_per_sec: f64,
 }
 
 const REPLICAS: [Replica; 4] = [
@@ -45,64 +48,82 @@ const REPLICAS: [Replica; 4] = [
         job: "rag-worse",
         canary_unfaithful: 0.4,
         verbose_canary: false,
+        rate_per_sec: 100.0,
         judge_model: "judge-a",
     },
     Replica {
         job: "rag-verbose",
         canary_unfaithful: 0.1,
         verbose_canary: true,
+        rate_per_sec: 40.0,
         judge_model: "judge-a",
     },
     Replica {
         job: "rag-mixed",
         canary_unfaithful: 0.4,
         verbose_canary: false,
+        rate_per_sec: 40.0,
         judge_model: "judge-a",
     },
     Replica {
         job: "rag-mixed",
         canary_unfaithful: 0.4,
         verbose_canary: false,
+        rate_per_sec: 40.0,
         judge_model: "judge-b",
     },
 ];
 
-/// Traces of one replica: every tenth a canary's. Returns the file's text and its answers' labels.
-fn traces(i: usize, r: &Replica) -> (String, Vec<(String, bool)>) {
-    const N: usize = 5000;
-    let seed = |k: usize| (100 + 10 * i + k).to_string();
-    let stable = gen_traces(
-        N,
-        &[
-            "--strata",
-            "head",
-            "--unfaithful-share",
-            "0.1",
-            "--seed",
-            &seed(0),
-        ],
-    );
-    let share = r.canary_unfaithful.to_string();
-    let canary = gen_traces(
-        N / 10,
+/// `n` generated traces of stratum `head` with exactly `unfaithful` of them (a share) unfaithful by
+/// their human label, spread evenly: the test's truth is the share it names, not a draw around it.
+fn exact(n: usize, unfaithful: f64, seed: usize, prefix: &str) -> Vec<Vec<u8>> {
+    let share = unfaithful.to_string();
+    let seed = seed.to_string();
+    let pool = gen_traces(
+        2 * n,
         &[
             "--strata",
             "head",
             "--unfaithful-share",
             &share,
             "--seed",
-            &seed(1),
+            &seed,
             "--prefix",
-            "c",
+            prefix,
         ],
     );
+    let label =
+        |line: &[u8]| serde_json::from_slice::<Value>(line).unwrap()["label_faithful"] == true;
+    let (mut faithful, mut unfaithful_lines): (Vec<_>, Vec<_>) =
+        pool.into_iter().map(|(_, l)| l).partition(|l| label(l));
+    let mut out = Vec::with_capacity(n);
+    let mut owed = 0.0;
+    for _ in 0..n {
+        owed += unfaithful;
+        let line = if owed >= 1.0 {
+            owed -= 1.0;
+            unfaithful_lines.pop()
+        } else {
+            faithful.pop()
+        };
+        out.push(line.expect("twice the traces hold enough of each label"));
+    }
+    out
+}
+
+/// Traces of one replica: every tenth a canary's, the baseline's exactly 10 % unfaithful and the
+/// canary's at its share. Returns the file's text and its answers' labels.
+fn traces(i: usize, r: &Replica) -> (String, Vec<(String, bool)>) {
+    const N: usize = 10000;
+    let stable = exact(N - N / 10, 0.1, 100 + 10 * i, "s");
+    let canary = exact(N / 10, r.canary_unfaithful, 101 + 10 * i, "c");
     let mut text = String::new();
     let mut labels = Vec::new();
-    let mut canary = canary.into_iter();
-    for (k, (_, line)) in stable.into_iter().enumerate() {
+    let (mut stable, mut canary) = (stable.into_iter(), canary.into_iter());
+    for k in 0..N {
         let (line, release) = match k % 10 {
-            9 => (canary.next().unwrap().1, "canary"),
-            _ => (line, "stable"),
+            9 => (canary.next().unwrap(), "canary"),
+            _ => (stable.next().unwrap(), "stable"),
         };
         let mut v: Value = serde_json::from_slice(&line).unwrap();
         v["trace_id"] = Value::from(format!("{}-{i}-{k}", v["trace_id"].as_str().unwrap()));
@@ -128,15 +149,16 @@ fn start(dir: &Path, i: usize, r: &Replica, file: &Path, judge: &LabelJudge) -> 
     std::fs::write(
         &config,
         format!(
-            "[source]\nkind = \"file\"\npath = \"{}\"\nrate_per_sec = 50.0\nloop = true\n\
+            "[source]\nkind = \"file\"\npath = \"{}\"\nrate_per_sec = {}\nloop = true\n\
              [strata]\ndeclared = [\"head\"]\n\
-             [sample]\ndefault_rate = 0.05\n[budget]\nrequests_per_minute = 60000\ntokens_per_minute = 100000000\ntokens_per_day = 10000000000\n\
+             [sample]\ndefault_rate = 0.1\nuncertain_boost = 1.0\n[budget]\nrequests_per_minute = 60000\ntokens_per_minute = 100000000\ntokens_per_day = 10000000000\n\
              [judge]\nsampled = \"llm\"\nworkers = 8\nqueue_capacity = 4096\n\
              [llm]\nbase_url = \"{}\"\nchat_model = \"{}\"\nembedding_model = \"embed-1\"\n\
              request_timeout_ms = 2000\nbackoff_base_ms = 20\n\
              [variants]\ndeclared = [\"stable\", \"canary\"]\nbaseline = \"stable\"\n\
-             fields = [\"/release\"]\nmin_judged = {MIN_JUDGED}\ncandidate_boost = 20.0\n",
+             fields = [\"/release\"]\nmin_judged = {MIN_JUDGED}\ncandidate_boost = 10.0\n",
             file.display(),
+            r.rate_per_sec,
             judge.base_url(),
             r.judge_model,
         ),
@@ -214,6 +236,18 @@ impl Gates {
     }
 }
 
+/// `ragwatch:comparison_<name>:ratio` over all strata, faithfulness, by job.
+fn bound(prom: u16, name: &str) -> BTreeMap<String, f64> {
+    query(
+        prom,
+        &format!("ragwatch:comparison_{name}:ratio{{stratum=\"*\", metric=\"faithfulness\"}}"),
+    )
+    .unwrap_or_default()
+    .iter()
+    .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+    .collect()
+}
+
 /// The firing variant alerts, as (alertname, job, variant).
 fn variant_alerts(prom: u16) -> BTreeSet<(String, String, String)> {
     query(prom, "ALERTS{alertstate=\"firing\"}")
@@ -273,8 +307,18 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
     let started = Instant::now();
     let mut thin_seen = BTreeSet::new();
     let worse = "(RagwatchVariantWorse, rag-worse, canary)";
-    wait_for("the worse canary's alert", Duration::from_secs(300), || {
+    let mut reported = Instant::now();
+    wait_for("the worse canary's alert", Duration::from_secs(600), || {
         let verdicts = verdicts(prom);
+        if reported.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "{:.0} s: verdicts {verdicts:?}, the arms' fewer verdicts {:?}, differences {:?}",
+                started.elapsed().as_secs_f64(),
+                thinnest_arm(prom),
+                bound(prom, "difference"),
+            );
+            reported = Instant::now();
+        }
         for (job, n) in thinnest_arm(prom) {
             if (n as u64) < MIN_JUDGED && verdicts.contains_key(&job) {
                 assert_eq!(verdicts[&job], 0.0, "{job}: an arm of {n} verdicts decides");
@@ -342,21 +386,11 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
     )
     .unwrap_or_default();
     assert!(skipped.is_empty(), "{skipped:?}");
-    let bound = |name: &str| {
-        query(
-            prom,
-            &format!("ragwatch:comparison_{name}:ratio{{stratum=\"*\", metric=\"faithfulness\"}}"),
-        )
-        .unwrap_or_default()
-        .iter()
-        .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
-        .collect::<BTreeMap<_, _>>()
-    };
     eprintln!(
         "verdicts {last:?}; difference {:?}, lower {:?}, upper {:?}",
-        bound("difference"),
-        bound("lower"),
-        bound("upper")
+        bound(prom, "difference"),
+        bound(prom, "lower"),
+        bound(prom, "upper")
     );
     // Nothing reached the stand-in that it had no label for.
     assert_eq!(
