@@ -234,13 +234,13 @@ impl Pipeline {
             trace.contexts.len(),
             trace.contexts.iter().map(|c| c.score),
         );
-        self.shared.record(stratum, &verdict, &trace, now);
+        let candidate = self.shared.record(stratum, &verdict, &trace, now);
         let (decision, probability) = self.sampler.decide_tiered(
             stratum,
             &trace.trace_id,
             now / 1000,
             verdict.uncertain,
-            self.shared.is_candidate(&trace),
+            candidate,
         );
         if !decision.sampled() {
             self.keep(trace);

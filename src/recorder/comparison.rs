@@ -86,15 +86,11 @@ impl Comparisons {
         self.variants.assign(trace)
     }
 
-    /// Whether `trace` comes from a declared candidate.
-    pub fn is_candidate(&self, trace: &Trace) -> bool {
-        self.variants.is_candidate(self.variant(trace))
-    }
-
     /// One trace arrived (every trace, once): its variant's traffic, and the arrivals of the arms
     /// it belongs to. A candidate's first trace, or its first after an idle spell, starts its
-    /// comparison: both arms from zero.
-    pub fn arrive(&self, stratum: StratumId, trace: &Trace, now_ms: u64) {
+    /// comparison: both arms from zero. Returns whether the trace is a candidate's (sampled at
+    /// the boost).
+    pub fn arrive(&self, stratum: StratumId, trace: &Trace, now_ms: u64) -> bool {
         let variant = self.variant(trace);
         self.metrics.count_traffic(stratum, variant);
         let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
@@ -112,6 +108,7 @@ impl Comparisons {
         for arm in self.arms_of(&epochs, stratum, variant) {
             arm.arrived.inc();
         }
+        self.variants.is_candidate(variant)
     }
 
     /// The sampled judge's verdict on `trace`, sampled with `probability`: into the arms the trace

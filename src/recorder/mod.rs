@@ -176,13 +176,6 @@ impl Shared {
         }
     }
 
-    /// Whether `trace` comes from a candidate release under comparison (sampled at the boost).
-    pub(crate) fn is_candidate(&self, trace: &Trace) -> bool {
-        self.comparisons
-            .as_ref()
-            .is_some_and(|c| c.is_candidate(trace))
-    }
-
     /// Joins one human label line (see `Feedback`); `Invalid` when labels are off.
     pub fn label(&self, line: &[u8], now: u64) -> LabelOutcome {
         match &self.feedback {
@@ -213,11 +206,15 @@ impl Shared {
     /// counts, the windows (and, for the
     /// offline judge, the combined estimate's population), the live judge audit, and the memory
     /// that human labels join. Each score keeps the trace id as its bucket's exemplar.
-    pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) {
-        if let Some(c) = &self.comparisons {
-            c.arrive(stratum, trace, now);
-        }
+    /// Returns whether the trace comes from a candidate release under comparison (the sampler
+    /// takes those at `variants.candidate_boost`).
+    pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) -> bool {
+        let candidate = self
+            .comparisons
+            .as_ref()
+            .is_some_and(|c| c.arrive(stratum, trace, now));
         self.record_verdict(stratum, verdict, trace, now);
+        candidate
     }
 
     /// [`Shared::record`] without the arrival: a verdict on a trace already counted.
