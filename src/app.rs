@@ -75,6 +75,15 @@ pub async fn run(
     let admin = AdminState {
         metrics: Arc::clone(&shared.metrics),
         ready: Arc::clone(&ready),
+        suspects: http::SuspectsState {
+            shared: shared.clone(),
+            judges: if config.judge.sampled == crate::judge::config::SampledJudge::Llm {
+                vec![JudgeKind::Offline, JudgeKind::Llm]
+            } else {
+                vec![JudgeKind::Offline]
+            },
+            windows: (config.windows.short_secs, config.windows.baseline_secs),
+        },
     };
     let (addr, server) = http::spawn(&config.http.listen, admin, server_stop.clone())
         .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;

@@ -9,9 +9,10 @@
 //! observation (`exemplars`); `/metrics` writes them in the OpenMetrics format
 //! (`openmetrics`) when the scraper asks for it.
 
-pub(crate) mod comparison;
 pub mod config;
-pub(crate) mod exemplars;
+pub(crate) mod changes;
+pub(crate) mod comparison;
+mod exemplars;
 pub(crate) mod openmetrics;
 pub(crate) mod series;
 
@@ -81,6 +82,8 @@ pub struct Metrics {
     pub citations: IntCounterVec,
     /// Retriever scores of the retrieved contexts (when traces carry them), by stratum and rank.
     pub(crate) retrieval_score: HistogramVec,
+    /// Squares of the first context's retriever score, beside the histogram's sum and count.
+    retrieval_top_squares: CounterVec,
     /// Contexts retrieved per trace, by stratum.
     pub(crate) contexts_retrieved: HistogramVec,
     /// Window mean, by metric, stratum, judge and window.
@@ -410,6 +413,12 @@ impl Metrics {
                 "Retriever scores of retrieved contexts, by stratum and rank (1 = top, 2-3, 4+): a shift often comes before a drop in faithfulness.",
                 &["stratum", "rank"],
                 config.retrieval_buckets(),
+            ),
+            retrieval_top_squares: float_counter(
+                &r,
+                "ragwatch_retrieval_top_score_squares_total",
+                "Sum of the squares of the first context's retriever score, by stratum: with ragwatch_retrieval_score{rank=\"1\"}'s sum and count, the top score's variance for the retrieval shift rule.",
+                &["stratum"],
             ),
             contexts_retrieved: histogram(
                 &r,
@@ -904,6 +913,13 @@ impl Metrics {
                     || self.retrieval_score.with_label_values(&[name, RANKS[rank]]),
                     |h| h.observe(score),
                 );
+                if i == 0 {
+                    with(
+                        series.map(|s| &s.retrieval_top_squares),
+                        || self.retrieval_top_squares.with_label_values(&[name]),
+                        |c| c.inc_by(score * score),
+                    );
+                }
             }
         }
     }

@@ -345,7 +345,7 @@ pub async fn replay_with_labels(
     labels: Option<&ReplayLabels>,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
-    let shared = Shared::new(config);
+    let shared = Shared::for_replay(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
     let mut records = Records::new(out);
     let threshold = config.judge.faithful_threshold;

@@ -23,6 +23,7 @@ use fields::default_from_serde;
 use problems::Problems;
 
 use crate::audit::config::AuditConfig;
+use crate::changes::config::ChangesConfig;
 use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
@@ -64,6 +65,9 @@ pub struct Config {
     /// Judges and their work queue.
     #[serde(default)]
     pub judge: JudgeConfig,
+    /// What changed: suspect documents and sources, question novelty, retrieval coverage.
+    #[serde(default)]
+    pub changes: ChangesConfig,
     /// Rolling windows.
     #[serde(default)]
     pub windows: WindowsConfig,
@@ -204,6 +208,7 @@ impl Config {
         self.strata.validate(&mut p);
         self.sample.validate(&self.strata, &mut p);
         self.variants.validate(&mut p);
+        self.changes.validate(&mut p);
         self.judge.validate(&mut p);
         self.budget.validate(&mut p);
         self.fleet

@@ -1,5 +1,6 @@
 //! The admin HTTP server, read-only: `/metrics` (Prometheus text format; OpenMetrics with exemplars
-//! when the scraper's `Accept` header prefers it, as Prometheus's does), `/livez` and `/readyz`.
+//! when the scraper's `Accept` header prefers it, as Prometheus's does), `/livez`, `/readyz`, and
+//! `GET /v1/suspects` ([`mod@suspects`]: the documents and sources behind a degrading stratum).
 //! Writes (`POST /v1/traces`, `POST /v1/labels`) are served on the write listener ([`mod@write`]), with
 //! credentials ([`auth`]), on a port of their own.
 //!
@@ -23,6 +24,9 @@ use crate::metrics::{Metrics, openmetrics};
 
 pub(crate) mod auth;
 pub mod config;
+mod suspects;
+
+pub(crate) use suspects::SuspectsState;
 pub(crate) mod tls;
 pub mod write;
 
@@ -33,6 +37,8 @@ pub(crate) struct AdminState {
     pub metrics: Arc<Metrics>,
     /// Set once the pipeline is running; cleared when draining.
     pub ready: Arc<AtomicBool>,
+    /// What `GET /v1/suspects` reads: the change attribution, strata and judges.
+    pub suspects: suspects::SuspectsState,
 }
 
 /// Writes are not taken here; the answer says where they go.
@@ -119,6 +125,7 @@ async fn serve(
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/labels", post(not_here))
+        .route("/v1/suspects", get(suspects::suspects))
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })

@@ -33,6 +33,8 @@ pub(crate) struct StratumSeries {
     pub(super) contexts: OnceLock<Histogram>,
     /// By [`RANKS`].
     pub(super) retrieval: [OnceLock<Histogram>; RANKS.len()],
+    /// The first context's squared retriever score.
+    pub(super) retrieval_top_squares: OnceLock<Counter>,
     /// `valid="true"`, then `valid="false"`.
     pub(super) citations: [OnceLock<IntCounter>; 2],
     /// By [`JudgeKind::ALL`].

@@ -6,6 +6,7 @@
 //! Above `metrics` and `window`, below the pipeline, the judge pool and the sources, which all
 //! record through a [`Shared`].
 
+mod changes;
 mod comparison;
 pub mod config;
 mod evaluator;
@@ -45,11 +46,27 @@ pub struct Shared {
     length_moments: Arc<crate::metrics::LengthMoments>,
     /// The variant comparison, when `[variants]` is on.
     comparisons: Option<Arc<comparison::Comparisons>>,
+    /// What changed, when `changes.enabled`.
+    attribution: Option<Arc<changes::Attribution>>,
 }
 
 impl Shared {
     /// Builds metrics and windows for `config`.
     pub fn new(config: &Config) -> Self {
+        Self::with_clock(config, false)
+    }
+
+    /// [`Shared::new`] for a replay: the change attribution reads the whole run as one window.
+    pub fn for_replay(config: &Config) -> Self {
+        Self::with_clock(config, true)
+    }
+
+    /// What changed (suspects, novelty, coverage), when `changes.enabled`.
+    pub fn changes(&self) -> Option<&crate::changes::Changes> {
+        self.attribution.as_deref().map(|a| &a.changes)
+    }
+
+    fn with_clock(config: &Config, whole_run: bool) -> Self {
         let stratifier = Arc::new(Stratifier::new(&config.strata));
         let metrics = Arc::new(Metrics::with_config(
             stratifier.names(),
@@ -118,7 +135,11 @@ impl Shared {
             &metrics.registry,
         )
         .map(Arc::new);
+        let attribution =
+            changes::Attribution::new(config, stratifier.names(), &metrics.registry, whole_run)
+                .map(Arc::new);
         Self {
+            attribution,
             comparisons,
             metrics,
             windows: Arc::new(Mutex::new(windows)),
@@ -213,6 +234,11 @@ impl Shared {
             .comparisons
             .as_ref()
             .is_some_and(|c| c.arrive(stratum, trace, now));
+        if let Some(a) = &self.attribution
+            && verdict.judge == JudgeKind::Offline
+        {
+            a.arrive(stratum, trace, verdict, now);
+        }
         self.record_verdict(stratum, verdict, trace, now);
         candidate
     }
@@ -268,6 +294,9 @@ impl Shared {
         self.record_verdict(stratum, verdict, trace, now);
         if let Some(c) = &self.comparisons {
             c.judged(stratum, trace, verdict, probability);
+        }
+        if let Some(a) = &self.attribution {
+            a.judged(stratum, trace, verdict, now);
         }
         if !self.estimate || verdict.judge != JudgeKind::Llm {
             return;

@@ -297,6 +297,41 @@ impl<'de> Visitor<'de> for KeyIs<'_> {
     }
 }
 
+/// Where a label value is read from a trace's metadata: a top-level key (cheap: read off the
+/// metadata's text), or a deeper JSON pointer.
+#[derive(Debug, Clone)]
+pub(crate) enum MetadataField {
+    /// A top-level key (also an OpenTelemetry attribute that span assembly copied in).
+    Key(String),
+    /// A JSON pointer with more than one step.
+    Pointer(String),
+}
+
+impl MetadataField {
+    /// The field a JSON pointer (`/release`, `/deploy/role`) names.
+    pub(crate) fn of_pointer(pointer: &str) -> MetadataField {
+        let key = pointer.strip_prefix('/').unwrap_or(pointer);
+        if key.contains(['/', '~']) {
+            MetadataField::Pointer(pointer.to_owned())
+        } else {
+            MetadataField::Key(key.to_owned())
+        }
+    }
+
+    /// The field's value when it is a non-empty string or a number.
+    pub(crate) fn read(&self, metadata: &Metadata) -> Option<String> {
+        let value = match self {
+            MetadataField::Key(k) => metadata.field::<Value>(k)?,
+            MetadataField::Pointer(p) => metadata.value().pointer(p)?.clone(),
+        };
+        match value {
+            Value::String(s) if !s.is_empty() => Some(s),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

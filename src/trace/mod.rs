@@ -8,7 +8,7 @@ pub mod otlp;
 
 pub use decode::Decoder;
 pub(crate) use decode::{DecodeError, RejectReason};
-pub(crate) use metadata::Metadata;
+pub(crate) use metadata::{Metadata, MetadataField};
 
 use serde::Serialize;
 

@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["trace", "redact"],
     &["eval", "audit"],
-    &["sample", "judge", "window"],
+    &["sample", "judge", "window", "changes"],
     &["metrics"],
     &["events"],
     &["recorder"],

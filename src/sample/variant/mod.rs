@@ -6,9 +6,7 @@ pub mod config;
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
-use crate::trace::Trace;
+use crate::trace::{MetadataField, Trace};
 use config::{Missing, OTHER_VARIANT, UNKNOWN_VARIANT, VariantsConfig};
 
 /// Index into [`Variants::names`].
@@ -21,16 +19,8 @@ pub struct Variants {
     baseline: VariantId,
     missing: VariantId,
     other: VariantId,
-    fields: Vec<Field>,
+    fields: Vec<MetadataField>,
     map: HashMap<String, VariantId>,
-}
-
-/// Where a value is read: a top-level metadata key (cheap: read off the metadata's text), or a
-/// deeper JSON pointer.
-#[derive(Debug, Clone)]
-enum Field {
-    Key(String),
-    Pointer(String),
 }
 
 impl Variants {
@@ -57,8 +47,8 @@ impl Variants {
         let fields = config
             .fields
             .iter()
-            .map(|f| Field::of_pointer(f))
-            .chain(config.attributes.iter().map(|a| Field::Key(a.clone())))
+            .map(|f| MetadataField::of_pointer(f))
+            .chain(config.attributes.iter().map(|a| MetadataField::Key(a.clone())))
             .collect();
         Some(Self {
             names,
@@ -97,7 +87,7 @@ impl Variants {
 
     /// The variant of `trace`: the first field that holds a string or a number, mapped.
     pub fn assign(&self, trace: &Trace) -> VariantId {
-        match self.fields.iter().find_map(|f| f.read(trace)) {
+        match self.fields.iter().find_map(|f| f.read(&trace.metadata)) {
             Some(raw) => self.of_value(&raw),
             None => self.missing,
         }
@@ -112,29 +102,6 @@ impl Variants {
             .iter()
             .position(|n| n == raw)
             .unwrap_or(self.other)
-    }
-}
-
-impl Field {
-    fn of_pointer(pointer: &str) -> Field {
-        let key = &pointer[1..];
-        if key.contains(['/', '~']) {
-            Field::Pointer(pointer.to_owned())
-        } else {
-            Field::Key(key.to_owned())
-        }
-    }
-
-    fn read(&self, trace: &Trace) -> Option<String> {
-        let value = match self {
-            Field::Key(k) => trace.metadata.field::<Value>(k)?,
-            Field::Pointer(p) => trace.metadata.value().pointer(p)?.clone(),
-        };
-        match value {
-            Value::String(s) if !s.is_empty() => Some(s),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }
     }
 }
 
