@@ -92,6 +92,7 @@
 
 pub mod app;
 pub mod audit;
+pub(crate) mod changes;
 pub(crate) mod clock;
 pub mod config;
 pub mod dimensions;
