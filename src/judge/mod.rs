@@ -9,8 +9,8 @@ pub mod llm;
 mod offline;
 pub(crate) mod records;
 
-pub(crate) use offline::word_count;
 pub use offline::{FEATURES, Features, OfflineJudge, OfflineModel, OfflineScore, trainer};
+pub(crate) use offline::{is_stopword, word_count};
 
 use serde::Serialize;
 

@@ -58,6 +58,7 @@ pub(crate) use features::Extraction;
 pub use features::{FEATURES, Features};
 pub use model::OfflineModel;
 pub(crate) use scan::word_count;
+pub(crate) use stopwords::is_stopword;
 
 use super::{JudgeKind, PerQuality, Quality, Verdict, clean_score};
 use crate::trace::Trace;
