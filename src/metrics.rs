@@ -9,9 +9,9 @@
 //! observation (`exemplars`); `/metrics` writes them in the OpenMetrics format
 //! (`openmetrics`) when the scraper asks for it.
 
-pub mod config;
 pub(crate) mod changes;
 pub(crate) mod comparison;
+pub mod config;
 mod exemplars;
 pub(crate) mod openmetrics;
 pub(crate) mod series;

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::audit::{AuditSample, JudgeAudit};
 use crate::config::Config;
-use crate::dimensions::{PerQuality, Quality};
+use crate::dimensions::{JudgeKind, PerQuality, Quality};
 use crate::eval::{Confusion, RetrievalScores, auroc, percentile, retrieval_scores};
 use crate::judge::llm::LlmJudge;
 use crate::judge::{OfflineScore, Verdict};
@@ -242,6 +242,9 @@ pub struct Summary {
     /// With `[variants]`: how a trace's variant is read.
     #[serde(skip)]
     pub(crate) variants: Option<Variants>,
+    /// The documents and sources over-represented in each stratum's low verdicts, over the whole
+    /// run (`[changes]`), per judge.
+    pub suspects: Vec<crate::changes::StratumReport>,
 }
 
 /// What a trace's record carries besides its evaluation: with the LLM judge, the offline judge's
@@ -469,6 +472,12 @@ pub async fn replay_with_labels(
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
     records.flush()?;
+    let judges: &[JudgeKind] = if llm.is_some() {
+        &[JudgeKind::Offline, JudgeKind::Llm]
+    } else {
+        &[JudgeKind::Offline]
+    };
+    summary.suspects = shared.suspect_reports(judges, 0);
     Ok(summary)
 }
 
@@ -672,6 +681,11 @@ impl Summary {
             return None;
         };
         self.keep_for_audit(trace, Some(verdict), extra.reversed);
+        let (offline, llm) = match verdict.judge {
+            JudgeKind::Llm => (extra.offline.as_ref(), Some(verdict)),
+            _ => (Some(verdict), None),
+        };
+        shared.attribute_replayed(eval.stratum, trace, offline, llm);
         let retrieval = trace.gold.as_ref().and_then(|gold| {
             let ranked: Vec<Option<&str>> =
                 trace.contexts.iter().map(|c| c.id.as_deref()).collect();
@@ -892,6 +906,7 @@ impl Summary {
         if let Some(variants) = &self.variants {
             t.push_str(&self.variant_table(variants));
         }
+        t.push_str(&self.suspect_table());
         if let Some(join) = &self.labels {
             t.push_str(&format!(
                 "labels file: joined {}, unknown_trace {}, invalid {}\n",
@@ -915,6 +930,28 @@ impl Summary {
             t.push_str(&format!(", spans dropped {reason} {n}"));
         }
         t.push('\n');
+        t
+    }
+
+    /// The suspects section of the table: per stratum and judge, each listed document and source
+    /// with its low verdicts, its lift and the lift's interval.
+    fn suspect_table(&self) -> String {
+        let mut t = String::new();
+        for r in &self.suspects {
+            let listed = r.report.documents.iter().chain(&r.report.sources);
+            for (i, s) in listed.enumerate() {
+                if i == 0 {
+                    t.push_str(&format!(
+                        "suspects of {} ({} judge, {} of {} verdicts low, z {:.2}):\n",
+                        r.stratum, r.judge, r.report.low, r.report.verdicts, r.report.z
+                    ));
+                }
+                t.push_str(&format!(
+                    "  {:<40} low {:>5} of {:>5}  lift {:.2} [{:.2}, {:.2}]\n",
+                    s.id, s.low, s.verdicts, s.lift, s.lift_lower, s.lift_upper
+                ));
+            }
+        }
         t
     }
 

@@ -34,7 +34,10 @@ pub struct ChangesConfig {
     /// Traces with a document in the short window before it can be listed as a suspect.
     #[serde(default = "default_min_traces")]
     pub min_traces: u64,
-    /// A suspect is listed when its lift's lower bound is above this.
+    /// A suspect is listed when its lift's lower bound is above this: traces with it are at least
+    /// this many times as likely to be low as the others. Documents differ a little in how hard
+    /// their questions are, so a healthy stratum has lifts a little above 1; above 1.5 is a change
+    /// worth reading.
     #[serde(default = "default_min_lift")]
     pub min_lift: f64,
     /// Family-wise error of the suspects' lift bounds (Bonferroni over the ids tested).
@@ -195,7 +198,7 @@ fn default_min_traces() -> u64 {
     20
 }
 fn default_min_lift() -> f64 {
-    1.0
+    1.5
 }
 fn default_alpha() -> f64 {
     0.05

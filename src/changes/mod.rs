@@ -161,7 +161,9 @@ impl Changes {
 
     /// Whether `verdict` is low: faithfulness below the low level, or context relevance below its.
     fn low(&self, verdict: &Verdict) -> bool {
-        verdict.faithfulness().is_some_and(|f| f < self.low_faithfulness)
+        verdict
+            .faithfulness()
+            .is_some_and(|f| f < self.low_faithfulness)
             || verdict
                 .score(Quality::ContextRelevance)
                 .is_some_and(|c| c < self.low_context_relevance)

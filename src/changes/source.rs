@@ -43,7 +43,10 @@ impl Sources {
             map.entry(s.clone()).or_insert(i);
         }
         Some(Self {
-            pattern: config.id_pattern.as_deref().and_then(|p| Regex::new(p).ok()),
+            pattern: config
+                .id_pattern
+                .as_deref()
+                .and_then(|p| Regex::new(p).ok()),
             fields: config
                 .fields
                 .iter()

@@ -292,7 +292,14 @@ impl StratumSuspects {
             let baseline = Aggregate::of(&self.baseline, judge, now_ms, source_names.len());
             let compare = |id: &str, n1: u64, a: u64| {
                 (n1 > 0 && n1 < baseline.n).then(|| {
-                    let s = suspect(id, (n1, a), (baseline.n, baseline.l), report.z, test.min_lift, None);
+                    let s = suspect(
+                        id,
+                        (n1, a),
+                        (baseline.n, baseline.l),
+                        report.z,
+                        test.min_lift,
+                        None,
+                    );
                     Baseline {
                         verdicts: s.verdicts,
                         low: s.low,
@@ -303,7 +310,11 @@ impl StratumSuspects {
                 })
             };
             for d in &mut report.documents {
-                let (n1, a, _) = baseline.documents.get(d.id.as_str()).copied().unwrap_or_default();
+                let (n1, a, _) = baseline
+                    .documents
+                    .get(d.id.as_str())
+                    .copied()
+                    .unwrap_or_default();
                 d.baseline = compare(&d.id, n1, a);
             }
             for s in &mut report.sources {
@@ -417,7 +428,9 @@ fn suspect(
         n2 as f64 + 1.0,
     );
     let log_rr = (a_ / n1_).ln() - (c_ / n2_).ln();
-    let se = (1.0 / a_ - 1.0 / n1_ + 1.0 / c_ - 1.0 / n2_).max(0.0).sqrt();
+    let se = (1.0 / a_ - 1.0 / n1_ + 1.0 / c_ - 1.0 / n2_)
+        .max(0.0)
+        .sqrt();
     let ratio = |x: u64, y: u64| if y == 0 { 0.0 } else { x as f64 / y as f64 };
     let lift_lower = (log_rr - z * se).exp();
     Suspect {
@@ -528,7 +541,11 @@ mod tests {
             (0.999, 3.090_232_306_168),
             (0.01, -2.326_347_874_041),
         ] {
-            assert!((normal_quantile(p) - z).abs() < 1e-6, "{p}: {}", normal_quantile(p));
+            assert!(
+                (normal_quantile(p) - z).abs() < 1e-6,
+                "{p}: {}",
+                normal_quantile(p)
+            );
         }
     }
 
@@ -563,11 +580,21 @@ mod tests {
         let bad = &r.documents[0];
         assert_eq!((bad.id.as_str(), bad.verdicts, bad.low), ("bad", 100, 100));
         assert!(bad.lift_lower > 1.0 && bad.lift > 3.0, "{bad:?}");
-        let all = s.report(0, Window::Short, 1_000_000, &Test { all: true, ..TEST }, &[]);
+        let all = s.report(
+            0,
+            Window::Short,
+            1_000_000,
+            &Test { all: true, ..TEST },
+            &[],
+        );
         let popular = all.documents.iter().find(|d| d.id == "popular").unwrap();
         assert!(!popular.listed && popular.lift_lower < 1.0 && popular.lift_upper > 1.0);
         // The LLM judge saw none of it.
-        assert!(s.report(1, Window::Short, 1_000_000, &TEST, &[]).documents.is_empty());
+        assert!(
+            s.report(1, Window::Short, 1_000_000, &TEST, &[])
+                .documents
+                .is_empty()
+        );
     }
 
     #[test]
@@ -576,9 +603,15 @@ mod tests {
         fill(&mut s, 1_000_000);
         let later = 1_000_000 + 300_000;
         assert_eq!(s.report(0, Window::Short, later, &TEST, &[]).traces, 0);
-        assert_eq!(s.report(0, Window::Baseline, later, &TEST, &[]).traces, 2000);
+        assert_eq!(
+            s.report(0, Window::Baseline, later, &TEST, &[]).traces,
+            2000
+        );
         let much_later = 1_000_000 + 86_400_000;
-        assert_eq!(s.report(0, Window::Baseline, much_later, &TEST, &[]).traces, 0);
+        assert_eq!(
+            s.report(0, Window::Baseline, much_later, &TEST, &[]).traces,
+            0
+        );
     }
 
     #[test]

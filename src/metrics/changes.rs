@@ -133,7 +133,12 @@ impl ChangesMetrics {
     /// Counts one question of `stratum`.
     pub fn question(&self, stratum: usize, novelty: Novelty) {
         let i = Novelty::ALL.iter().position(|n| *n == novelty);
-        if let Some(c) = self.questions.get(stratum).zip(i).and_then(|(q, i)| q.get(i)) {
+        if let Some(c) = self
+            .questions
+            .get(stratum)
+            .zip(i)
+            .and_then(|(q, i)| q.get(i))
+        {
             c.inc();
         }
     }

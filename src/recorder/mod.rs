@@ -66,6 +66,57 @@ impl Shared {
         self.attribution.as_deref().map(|a| &a.changes)
     }
 
+    /// A replayed trace's verdicts into the change attribution (replay records nothing else here):
+    /// its arrival with the offline verdict, and the LLM judge's verdict when it has one.
+    pub(crate) fn attribute_replayed(
+        &self,
+        stratum: StratumId,
+        trace: &Trace,
+        offline: Option<&Verdict>,
+        llm: Option<&Verdict>,
+    ) {
+        let Some(a) = &self.attribution else {
+            return;
+        };
+        if let Some(v) = offline {
+            a.arrive(stratum, trace, v, 0);
+        }
+        if let Some(v) = llm {
+            a.judged(stratum, trace, v, 0);
+        }
+    }
+
+    /// The suspects of every stratum that had traces, for each of `judges`, over the whole run
+    /// (replay) or the short window at `now_ms`.
+    pub fn suspect_reports(
+        &self,
+        judges: &[JudgeKind],
+        now_ms: u64,
+    ) -> Vec<crate::changes::StratumReport> {
+        let Some(changes) = self.changes() else {
+            return Vec::new();
+        };
+        let window = crate::changes::Window::Short;
+        let mut reports = Vec::new();
+        for (stratum, name) in self.stratifier.names().iter().enumerate() {
+            for &judge in judges {
+                let Some(report) = changes.report(stratum, judge, window, now_ms, false, None)
+                else {
+                    continue;
+                };
+                if report.verdicts > 0 {
+                    reports.push(crate::changes::StratumReport {
+                        stratum: name.clone(),
+                        judge: judge.name(),
+                        window,
+                        report,
+                    });
+                }
+            }
+        }
+        reports
+    }
+
     fn with_clock(config: &Config, whole_run: bool) -> Self {
         let stratifier = Arc::new(Stratifier::new(&config.strata));
         let metrics = Arc::new(Metrics::with_config(

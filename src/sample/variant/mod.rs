@@ -48,7 +48,12 @@ impl Variants {
             .fields
             .iter()
             .map(|f| MetadataField::of_pointer(f))
-            .chain(config.attributes.iter().map(|a| MetadataField::Key(a.clone())))
+            .chain(
+                config
+                    .attributes
+                    .iter()
+                    .map(|a| MetadataField::Key(a.clone())),
+            )
             .collect();
         Some(Self {
             names,

@@ -1,0 +1,363 @@
+//! What changed, on real answers: traces built from the human-labelled RAG answers in
+//! `../shared/data` (labels used only to build the stream), judged by the offline judge through
+//! the real pipeline.
+//!
+//! - A corrupted document: one document of the stratum's index is replaced by unrelated text and
+//!   the answers of the traces that retrieve it (5 % of them) are ones people marked unfaithful;
+//!   a popular healthy document is retrieved into 30 % of the traces. Through the binary,
+//!   `GET /v1/suspects` ranks the corrupted document first with a lift interval above 1 and does
+//!   not list the popular one; replay lists the same.
+//! - Six healthy half-hours in simulated time, with the popular document and a spread of others:
+//!   no short window, read every five minutes, lists anything.
+//! - Question novelty in simulated time: a new topic at 30 % of the stratum's questions raises the
+//!   share of new questions and the question-mix distance past their thresholds; a reshuffle
+//!   among the known questions raises neither.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::common::{Ragwatch, Samples, http_get, labelled_data, run_ok, wait_for};
+use ragwatch::config::Config;
+use ragwatch::dimensions::JudgeKind;
+use ragwatch::pipeline::Pipeline;
+use ragwatch::recorder::Shared;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+
+const CORRUPTED: &str = "kb/handbook/corrupted";
+const POPULAR: &str = "kb/faq/popular";
+
+struct Data {
+    all: Vec<Value>,
+    unfaithful: Vec<Value>,
+}
+
+fn data() -> Data {
+    let text = std::fs::read_to_string(labelled_data("ragtruth_qa_train.jsonl")).unwrap();
+    let all: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let unfaithful = all
+        .iter()
+        .filter(|v| v["label_faithful"] == json!(false))
+        .cloned()
+        .collect();
+    Data { all, unfaithful }
+}
+
+/// A document id for a passage: stable, unique per text.
+fn passage_id(text: &str) -> String {
+    format!("kb/p/{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+/// Builds the stream: `corrupted_share` of the traces retrieve the corrupted document in place
+/// of their first passage and carry an unfaithful answer; 30 % of the others also retrieve the
+/// popular document; `spread` more shared documents are each retrieved into 1 in `spread` of them.
+struct Stream<'a> {
+    data: &'a Data,
+    rng: StdRng,
+    corrupted_share: f64,
+    spread: usize,
+}
+
+impl Stream<'_> {
+    fn next(&mut self, id: &str) -> String {
+        let bad = self.rng.random::<f64>() < self.corrupted_share;
+        let pool = if bad {
+            &self.data.unfaithful
+        } else {
+            &self.data.all
+        };
+        let item = pool.choose(&mut self.rng).unwrap();
+        let mut contexts: Vec<Value> = item["contexts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let text = c.as_str().unwrap();
+                json!({"id": passage_id(text), "text": text})
+            })
+            .collect();
+        let filler = |i: usize| self.data.all[i]["contexts"][0].clone();
+        if bad {
+            contexts[0] = json!({"id": CORRUPTED, "text": filler(11)});
+        } else {
+            if self.rng.random::<f64>() < 0.3 {
+                let at = self.rng.random_range(0..=contexts.len());
+                contexts.insert(at, json!({"id": POPULAR, "text": filler(7)}));
+            }
+            if self.spread > 0 && self.rng.random::<f64>() < 0.5 {
+                let k = self.rng.random_range(0..self.spread);
+                let doc = json!({"id": format!("kb/shared/{k}"), "text": filler(20 + k)});
+                contexts.push(doc);
+            }
+        }
+        json!({"trace_id": id, "query": item["query"], "contexts": contexts,
+               "answer": item["answer"], "stratum": "qa"})
+        .to_string()
+    }
+}
+
+fn config(extra: &[(&str, &str)]) -> Config {
+    let mut env: HashMap<String, String> = [("RAGWATCH__STRATA__DECLARED", "qa")]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.insert("RAGWATCH__STRATA__OUT_OF_SCOPE".into(), "[]".into());
+    Config::from_toml_with_env("", &env).unwrap()
+}
+
+#[test]
+fn the_corrupted_document_is_the_first_suspect() {
+    let data = data();
+    let mut stream = Stream {
+        data: &data,
+        rng: StdRng::seed_from_u64(7),
+        corrupted_share: 0.05,
+        spread: 0,
+    };
+    let n = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces.jsonl");
+    let lines: Vec<String> = (0..n).map(|i| stream.next(&format!("t{i}"))).collect();
+    std::fs::write(&traces, lines.join("\n") + "\n").unwrap();
+    let config = dir.path().join("ragwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = {:?}\n[strata]\ndeclared = [\"qa\"]\nout_of_scope = []\n",
+            traces.display()
+        ),
+    )
+    .unwrap();
+    let rw = Ragwatch::start(&config, &[]);
+    wait_for("every trace", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_traces_received_total", &[]) >= n as f64).then_some(())
+    });
+    let (code, body) = http_get(rw.addr, "/v1/suspects?stratum=qa&judge=offline").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let report = &answer["reports"][0];
+    assert_eq!(report["stratum"], "qa");
+    assert_eq!(report["verdicts"], json!(n));
+    let documents = report["documents"].as_array().unwrap();
+    assert!(!documents.is_empty(), "{body}");
+    let first = &documents[0];
+    assert_eq!(first["id"], CORRUPTED, "{body}");
+    assert!(first["lift_lower"].as_f64().unwrap() > 1.0, "{body}");
+    assert!(
+        documents.iter().all(|d| d["id"] != POPULAR),
+        "the popular document is listed: {body}"
+    );
+    // Asked for every candidate, the popular one is there, its interval around 1.
+    let (_, body) = http_get(rw.addr, "/v1/suspects?stratum=qa&all=true").unwrap();
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let popular = answer["reports"][0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == POPULAR)
+        .cloned()
+        .unwrap();
+    assert_eq!(popular["listed"], json!(false), "{popular}");
+    assert!(popular["lift_lower"].as_f64().unwrap() <= 1.0, "{popular}");
+    // Bad queries are refused with what is accepted.
+    assert_eq!(
+        http_get(rw.addr, "/v1/suspects?stratum=nope").unwrap().0,
+        404
+    );
+    assert_eq!(
+        http_get(rw.addr, "/v1/suspects?window=month").unwrap().0,
+        400
+    );
+    // Replay names the same suspect for the same file.
+    let out = run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .args(["replay", "--output", "/dev/null", "--config"])
+            .arg(&config)
+            .arg(&traces),
+    );
+    let table = String::from_utf8_lossy(&out.stderr);
+    let suspects: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("suspects of qa (offline"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(
+        suspects
+            .first()
+            .is_some_and(|l| l.trim_start().starts_with(CORRUPTED)),
+        "{table}"
+    );
+    assert!(!table.contains(POPULAR), "{table}");
+}
+
+#[test]
+fn six_healthy_half_hours_list_no_suspect() {
+    let data = data();
+    let mut stream = Stream {
+        data: &data,
+        rng: StdRng::seed_from_u64(11),
+        corrupted_share: 0.0,
+        spread: 8,
+    };
+    let config = config(&[]);
+    let shared = Shared::new(&config);
+    let mut pipeline = Pipeline::new(&config, shared.clone(), None);
+    let changes = shared.changes().unwrap();
+    let start = 1_800_000_000_000u64;
+    let rate_per_sec = 4;
+    let mut listed = Vec::new();
+    let mut tested = 0;
+    let mut highest: f64 = 0.0;
+    for second in 0..6 * 1800u64 {
+        for k in 0..rate_per_sec {
+            let line = stream.next(&format!("h{second}-{k}"));
+            pipeline.ingest_at(line.as_bytes(), None, start + second * 1000 + k * 10);
+        }
+        if (second + 1) % 300 == 0 {
+            let now = start + (second + 1) * 1000;
+            let r = changes
+                .report(
+                    0,
+                    JudgeKind::Offline,
+                    ragwatch::changes::Window::Short,
+                    now,
+                    false,
+                    None,
+                )
+                .unwrap();
+            assert!(r.verdicts >= 600, "{r:?}");
+            tested += r.tested;
+            listed.extend(
+                r.documents
+                    .iter()
+                    .map(|d| (second, d.id.clone(), d.lift_lower)),
+            );
+            let every = changes
+                .report(
+                    0,
+                    JudgeKind::Offline,
+                    ragwatch::changes::Window::Short,
+                    now,
+                    true,
+                    None,
+                )
+                .unwrap();
+            if let Some(d) = every.documents.first() {
+                highest = highest.max(d.lift_lower);
+            }
+        }
+    }
+    eprintln!("{tested} candidates tested over 36 windows; highest lower bound {highest:.3}");
+    assert!(tested >= 36 * 5, "too few candidates were tested: {tested}");
+    assert!(
+        listed.is_empty(),
+        "healthy traffic listed suspects: {listed:?}"
+    );
+}
+
+/// One of `pool`, with one of its words dropped (at random): a paraphrase, not the same text.
+fn paraphrase(rng: &mut StdRng, pool: &[&str]) -> String {
+    let q = *pool.choose(rng).unwrap();
+    let words: Vec<&str> = q.split_whitespace().collect();
+    if words.len() < 5 {
+        return q.to_owned();
+    }
+    let drop = rng.random_range(0..words.len());
+    words
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != drop)
+        .map(|(_, w)| *w)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The question counters of stratum `qa` at a moment: (new, known, unchecked).
+fn questions(shared: &Shared) -> [f64; 3] {
+    let m = Samples::parse(&shared.metrics.render());
+    ["new", "known", "unchecked"].map(|n| {
+        m.sum(
+            "ragwatch_questions_total",
+            &[("stratum", "qa"), ("novelty", n)],
+        )
+    })
+}
+
+/// Runs 50 minutes of questions from a known pool, then 10 minutes where `shifted` picks each
+/// question; returns the share of new questions among the checked ones in the last 5 minutes,
+/// and over the baseline before it, and the question-mix distance the rules compute from them.
+fn novelty_run(
+    data: &Data,
+    shifted: impl Fn(&mut StdRng, &[&str], &[&str]) -> String,
+) -> (f64, f64, f64) {
+    let config = config(&[
+        ("RAGWATCH__WINDOWS__WINDOW_SECS", "[300, 3600]"),
+        ("RAGWATCH__WINDOWS__BASELINE_SECS", "3600"),
+        ("RAGWATCH__CHANGES__NOVELTY__KNOWN_AFTER_SECS", "600"),
+    ]);
+    let shared = Shared::new(&config);
+    let mut pipeline = Pipeline::new(&config, shared.clone(), None);
+    let mut rng = StdRng::seed_from_u64(3);
+    let questions_all: Vec<&str> = data
+        .all
+        .iter()
+        .map(|v| v["query"].as_str().unwrap())
+        .collect();
+    let (known, fresh) = questions_all.split_at(300);
+    let start = 1_800_000_000_000u64;
+    let mut at = Vec::new();
+    for second in 0..3600u64 {
+        for k in 0..2 {
+            let q = if second < 3000 {
+                paraphrase(&mut rng, known)
+            } else {
+                shifted(&mut rng, known, fresh)
+            };
+            let line = json!({"trace_id": format!("n{second}-{k}"), "query": q,
+                "contexts": [{"id": "d", "text": "a passage"}], "answer": "an answer", "stratum": "qa"});
+            pipeline.ingest_at(line.to_string().as_bytes(), None, start + second * 1000 + k);
+        }
+        if second == 3300 - 1 || second == 3600 - 1 {
+            at.push(questions(&shared));
+        }
+    }
+    // Short window: the last 5 minutes; baseline: the hour before, as the rules read them.
+    let short: Vec<f64> = (0..3).map(|i| at[1][i] - at[0][i]).collect();
+    let base: Vec<f64> = at[0].to_vec();
+    let share = |c: &[f64]| c[0] / (c[0] + c[1]);
+    let mix = |c: &[f64]| c[0] / (c[0] + c[1] + c[2]);
+    (
+        share(&short),
+        share(&base),
+        (mix(&short) - mix(&base)).abs(),
+    )
+}
+
+#[test]
+fn a_new_topic_raises_novelty_and_a_reshuffle_does_not() {
+    let data = data();
+    let rules = ragwatch::changes::config::ChangeRules::default();
+    let (short, base, distance) = novelty_run(&data, |rng, known, fresh| {
+        if rng.random::<f64>() < 0.3 {
+            fresh.choose(rng).unwrap().to_string()
+        } else {
+            paraphrase(rng, known)
+        }
+    });
+    eprintln!("new topic: new share {short:.3} against {base:.3}, mix distance {distance:.3}");
+    assert!(short - base >= rules.novelty_rise, "{short} vs {base}");
+    assert!(distance > rules.mix_distance, "{distance}");
+    // The same known questions, asked in another proportion: a tenth of them make all traffic.
+    let (short, base, distance) = novelty_run(&data, |rng, known, _| paraphrase(rng, &known[..30]));
+    eprintln!("reshuffle: new share {short:.3} against {base:.3}, mix distance {distance:.3}");
+    assert!(short - base < rules.novelty_rise, "{short} vs {base}");
+    assert!(distance < rules.mix_distance, "{distance}");
+}
