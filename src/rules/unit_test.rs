@@ -1,8 +1,9 @@
 //! The rules' promtool unit tests: the template's tests of the fixed groups, for every
 //! per-metric alert a test that it fires where it should (with its exact labels and annotations)
 //! and stays quiet where it must: too few samples, a wide interval, a healthy stratum, and an
-//! out-of-scope stratum for the metrics that leave those out; and the variant comparison's tests,
-//! whose input series are written out here from each arm's sums.
+//! out-of-scope stratum for the metrics that leave those out; the variant comparison's tests,
+//! whose input series are written out here from each arm's sums; and the tests of the
+//! `ragwatch.changes` group (`templates/tests/changes.yaml`, as written).
 
 use super::alert::{Alert, AlertKind, RUNBOOK_URL, title, words};
 use super::template::fill;
@@ -13,6 +14,7 @@ const FLOOR: &str = include_str!("templates/tests/floor.yaml");
 const DRIFT: &str = include_str!("templates/tests/drift.yaml");
 const SHIFT: &str = include_str!("templates/tests/shift.yaml");
 const COMPARISON: &str = include_str!("templates/tests/comparison.yaml");
+const CHANGES: &str = include_str!("templates/tests/changes.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
@@ -26,6 +28,7 @@ pub(super) fn rule_tests() -> String {
         &[
             ("metric_tests", tests.join("\n")),
             ("comparison_tests", comparison_tests()),
+            ("changes_tests", CHANGES.to_owned()),
         ],
     )
 }
