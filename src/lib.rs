@@ -12,11 +12,12 @@
 //!               └─ judge::OfflineJudge   every trace, inline, microseconds, on the original text
 //!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
 //!                   │    (+ each candidate's and the baseline's comparison arms)
+//!                   │    (+ changes::Changes: suspect documents and sources, question novelty, coverage)
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //!                          (redact::Redactor before the LLM judge's API and its verdict records)
 //! recorder::run_evaluator           window gauges, combined estimate, drift flags, every second
-//! http                              /metrics, /livez, /readyz (read-only); http::write: POST /v1/traces,
+//! http                              /metrics, /livez, /readyz, /v1/suspects (read-only); http::write: POST /v1/traces,
 //!                                   POST /v1/labels behind tokens, TLS and a per-client rate limit
 //! source::run_label_source          labels topic ─┐
 //!                                                 └─ recorder::Feedback: join to recent traces,
@@ -33,7 +34,7 @@
 //! recorder                             verdicts into metrics and windows; the evaluator
 //! events                               log-and-count call sites
 //! metrics                              every metric name, on one registry
-//! sample, judge, window                stratify and sample; judges; rings, estimate, drift rules
+//! sample, judge, window, changes       stratify and sample; judges; rings, estimate, drift rules; what changed
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
 //! config                               TOML, overrides, validate(); sections in <component>/config.rs
@@ -67,6 +68,9 @@
 //!   and question's indexes, one pass over the contexts, phrases and citations, the 28 features,
 //!   the logistic model and its trainer; a plain reference of every feature in its tests); the LLM
 //!   judge.
+//! - [`changes`]: what changed when a stratum degrades: Space-Saving sketches of the context ids
+//!   in its low verdicts against all (the suspects, with their lift), sources, a MinHash sample of
+//!   its questions (novelty), the retriever's coverage; memory fixed by `[changes]`.
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
 //!   diagnosis.
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and

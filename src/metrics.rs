@@ -823,6 +823,9 @@ impl Metrics {
             let s = s.as_str();
             self.traces_received.with_label_values(&[s]);
             self.contexts_retrieved.with_label_values(&[s]);
+            // The retrieval shift rule reads the top score's sum, count and squares.
+            self.retrieval_score.with_label_values(&[s, RANKS[0]]);
+            self.retrieval_top_squares.with_label_values(&[s]);
             self.traces_sampled.with_label_values(&[s]);
             for reason in UNJUDGED_REASONS {
                 self.traces_unjudged.with_label_values(&[s, reason]);

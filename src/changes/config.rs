@@ -28,9 +28,10 @@ pub struct ChangesConfig {
     /// A verdict is low when its faithfulness is below this (default: `judge.faithful_threshold`).
     #[serde(default)]
     pub low_faithfulness: Option<f64>,
-    /// A verdict is also low when its context relevance is below this (0 leaves it out).
-    #[serde(default = "default_low_context_relevance")]
-    pub low_context_relevance: f64,
+    /// A verdict is also low when another metric's score is below its level here, by metric
+    /// (`context_relevance = 0.2`: retrieval that found nothing relevant).
+    #[serde(default)]
+    pub low_scores: BTreeMap<String, f64>,
     /// Traces with a document in the short window before it can be listed as a suspect.
     #[serde(default = "default_min_traces")]
     pub min_traces: u64,
@@ -191,9 +192,6 @@ fn default_enabled() -> bool {
 fn default_capacity() -> usize {
     512
 }
-fn default_low_context_relevance() -> f64 {
-    0.0
-}
 fn default_min_traces() -> u64 {
     20
 }
@@ -265,7 +263,16 @@ impl ChangesConfig {
         if let Some(t) = self.low_faithfulness {
             p.ratio("changes.low_faithfulness", t);
         }
-        p.ratio("changes.low_context_relevance", self.low_context_relevance);
+        for (metric, level) in &self.low_scores {
+            let field = format!("changes.low_scores.{metric}");
+            if !crate::dimensions::Quality::ALL
+                .iter()
+                .any(|m| m.name() == metric)
+            {
+                p.add(&field, "is not a quality metric");
+            }
+            p.ratio(&field, *level);
+        }
         if !(self.alpha > 0.0 && self.alpha < 1.0) {
             p.add("changes.alpha", "must be in (0, 1)");
         }

@@ -48,7 +48,8 @@ pub struct Changes {
     strata: Vec<Mutex<StratumChanges>>,
     sources: Option<Sources>,
     low_faithfulness: f64,
-    low_context_relevance: f64,
+    /// Other metrics' low levels.
+    low_scores: Vec<(Quality, f64)>,
     coverage: Option<(f64, Better)>,
     test: Test,
     /// Every trace in one epoch, whatever the clock (replay: the whole run is one window).
@@ -122,7 +123,10 @@ impl Changes {
             strata: (0..strata).map(|i| Mutex::new(stratum(i))).collect(),
             sources,
             low_faithfulness: config.low_faithfulness.unwrap_or(faithful_threshold),
-            low_context_relevance: config.low_context_relevance,
+            low_scores: Quality::ALL
+                .into_iter()
+                .filter_map(|m| Some((m, *config.low_scores.get(m.name())?)))
+                .collect(),
             coverage: config.coverage.level.map(|l| (l, config.coverage.better)),
             test: Test {
                 min_traces: config.min_traces,
@@ -159,14 +163,15 @@ impl Changes {
         Some(m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Whether `verdict` is low: faithfulness below the low level, or context relevance below its.
+    /// Whether `verdict` is low: faithfulness below its low level, or another metric below its.
     fn low(&self, verdict: &Verdict) -> bool {
         verdict
             .faithfulness()
             .is_some_and(|f| f < self.low_faithfulness)
-            || verdict
-                .score(Quality::ContextRelevance)
-                .is_some_and(|c| c < self.low_context_relevance)
+            || self
+                .low_scores
+                .iter()
+                .any(|(m, level)| verdict.score(*m).is_some_and(|v| v < *level))
     }
 
     /// A trace of `stratum` arrived at `now_ms` with its offline verdict.

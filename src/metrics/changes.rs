@@ -62,7 +62,7 @@ impl ChangesMetrics {
         let verdicts = counter(
             r,
             "ragwatch_changes_verdicts_total",
-            "Verdicts the change attribution counted, by stratum, judge and whether they are low (faithfulness below changes.low_faithfulness, or context relevance below changes.low_context_relevance).",
+            "Verdicts the change attribution counted, by stratum, judge and whether they are low (faithfulness below changes.low_faithfulness, or another metric below its level in changes.low_scores).",
             &["stratum", "judge", "low"],
         );
         let ids = int_gauge(

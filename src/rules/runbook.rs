@@ -7,6 +7,10 @@ use crate::dimensions::Quality;
 
 const TEMPLATE: &str = include_str!("templates/runbook.md");
 const DRIFT: &str = include_str!("templates/runbook/drift.md");
+/// The close of every per-metric section: where to look next.
+const WHAT_CHANGED: &str = "\n- **What changed**: the stratum's suspect documents and sources \
+(`GET /v1/suspects?stratum=<stratum>` on a replica's admin port), new questions, lost coverage and a \
+retriever shift: [What changed?](#what-changed).\n";
 
 /// `docs/runbook.md`.
 pub(super) fn runbook() -> String {
@@ -22,7 +26,7 @@ pub(super) fn runbook() -> String {
             )
         })
         .collect();
-    let sections: Vec<String> = alerts.iter().map(section).collect();
+    let sections: Vec<String> = alerts.iter().map(|a| section(a) + WHAT_CHANGED).collect();
     fill(
         TEMPLATE,
         &[

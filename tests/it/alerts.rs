@@ -949,7 +949,19 @@ fn check_dashboard(prom: u16) {
     panel_queries(&dash["panels"], &mut queries);
     assert!(!queries.is_empty(), "the dashboard has queries");
     // The variant comparison's panels need [variants]: tests/it/rollout_gates.rs checks those.
-    queries.retain(|(_, expr)| !expr.contains("comparison"));
+    // What changed needs sources, a coverage level and scored contexts: tests/it/deploy.rs.
+    queries.retain(|(_, expr)| {
+        !expr.contains("comparison")
+            && ![
+                "source_lift",
+                "question_",
+                "retrieval_uncovered",
+                "retrieval_shift",
+                "changes_threshold",
+            ]
+            .iter()
+            .any(|t| expr.contains(t))
+    });
     for (title, expr) in &queries {
         let q = dashboard_query(expr, &variables);
         wait_for(

@@ -1560,7 +1560,13 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         ],
     )
     .into_iter()
-    .map(|(_, line)| String::from_utf8(line).unwrap() + "\n")
+    .enumerate()
+    .map(|(i, (_, line))| {
+        // Two indexes the contexts come from, for the what-changed source panel.
+        let mut v: Value = serde_json::from_slice(&line).unwrap();
+        v["metadata"]["index"] = json!(if i % 3 == 0 { "beta" } else { "alpha" });
+        v.to_string() + "\n"
+    })
     .collect();
     let trace_file = dir.path().join("traces.jsonl");
     std::fs::write(&trace_file, &traces).unwrap();
@@ -1577,7 +1583,10 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [llm]\nbase_url = \"{}\"\nchat_model = \"judge-2026-01-01\"\nembedding_model = \"embed-1\"\n\
              request_timeout_ms = 2000\nbackoff_base_ms = 20\nrecords_path = \"{}\"\n\
              records_max_bytes = 50000\nrecords_keep_files = 2\n\
-             [labels]\nenabled = true\nauroc_min_per_class = 5\n",
+             [labels]\nenabled = true\nauroc_min_per_class = 5\n\
+             [changes]\nmin_traces = 5\n[changes.source]\ndeclared = [\"alpha\", \"beta\"]\n\
+             fields = [\"/index\"]\n[changes.coverage]\nlevel = 0.95\n\
+             [changes.novelty]\nknown_after_secs = 2\n",
             trace_file.display(),
             server.base_url(),
             records.display()

@@ -254,6 +254,10 @@ fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
             ("RAGWATCH__VARIANTS__BASELINE", "stable".into()),
             ("RAGWATCH__VARIANTS__FIELDS", "[\"/release\"]".into()),
             ("RAGWATCH__VARIANTS__SHARE", "{ canary = 0.1 }".into()),
+            // Sources and a coverage level: their what-changed families exist only then.
+            ("RAGWATCH__CHANGES__SOURCE__DECLARED", "[\"wiki\"]".into()),
+            ("RAGWATCH__CHANGES__SOURCE__ID_PATTERN", "^([^/]+)/".into()),
+            ("RAGWATCH__CHANGES__COVERAGE__LEVEL", "0.5".into()),
         ],
     );
     // The thresholds are exported by the evaluator's first pass, a second after start.
