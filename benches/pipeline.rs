@@ -83,6 +83,20 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    // The same without the what-changed summaries (sketches, question sample): their cost.
+    let mut bare = config.clone();
+    bare.changes.enabled = false;
+    g.bench_function("ingest_full_without_changes", |b| {
+        b.iter_batched_ref(
+            || Pipeline::new(&bare, Shared::new(&bare), None),
+            |p| {
+                for l in &lines {
+                    p.ingest(l, None);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
     g.finish();
 
     let shared = Shared::new(&config);
