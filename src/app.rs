@@ -70,6 +70,9 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let kind = config.source_kind()?;
     let shared = Shared::new(&config);
+    shared
+        .attach_review(&config, &env)
+        .map_err(|e| RunError::Task("review", e))?;
     let ready = Arc::new(AtomicBool::new(false));
     let server_stop = CancellationToken::new();
     let admin = AdminState {

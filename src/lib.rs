@@ -31,7 +31,7 @@
 //! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
 //! fleet                                this replica's share of the fleet; the budget follows it
 //! pipeline                             one message from bytes to the recorder; the judge pool
-//! recorder                             verdicts into metrics and windows; the evaluator
+//! recorder, review                     verdicts into metrics and windows; the evaluator; the review queue
 //! events                               log-and-count call sites
 //! metrics                              every metric name, on one registry
 //! sample, judge, window, changes       stratify and sample; judges; rings, estimate, drift rules; what changed
@@ -112,6 +112,7 @@ pub mod pipeline;
 pub mod recorder;
 pub mod redact;
 pub mod replay;
+pub mod review;
 pub mod rules;
 pub mod sample;
 pub mod source;

@@ -14,6 +14,7 @@ pub(crate) mod comparison;
 pub mod config;
 mod exemplars;
 pub(crate) mod openmetrics;
+pub(crate) mod review;
 pub(crate) mod series;
 
 use std::sync::Arc;

@@ -24,6 +24,7 @@ use problems::Problems;
 
 use crate::audit::config::AuditConfig;
 use crate::changes::config::ChangesConfig;
+use crate::review::config::ReviewConfig;
 use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
@@ -68,6 +69,9 @@ pub struct Config {
     /// What changed: suspect documents and sources, question novelty, retrieval coverage.
     #[serde(default)]
     pub changes: ChangesConfig,
+    /// The review queue and the reviewer estimate.
+    #[serde(default)]
+    pub review: ReviewConfig,
     /// Rolling windows.
     #[serde(default)]
     pub windows: WindowsConfig,
@@ -209,6 +213,19 @@ impl Config {
         self.sample.validate(&self.strata, &mut p);
         self.variants.validate(&mut p);
         self.changes.validate(&mut p);
+        self.review.validate(&mut p);
+        if self.review.enabled && self.judge.sampled != SampledJudge::Llm {
+            p.add(
+                "review.enabled",
+                "the queue picks among the LLM judge's verdicts: needs judge.sampled = \"llm\"",
+            );
+        }
+        if self.review.enabled && !self.labels.enabled {
+            p.add(
+                "review.enabled",
+                "reviewers' labels come back through labels: needs labels.enabled = true",
+            );
+        }
         self.judge.validate(&mut p);
         self.budget.validate(&mut p);
         self.fleet

@@ -16,7 +16,8 @@ pub(crate) use evaluator::run_evaluator;
 pub use evaluator::{evaluate_once, export_thresholds};
 pub(crate) use feedback::{Feedback, LabelOutcome, parse_label};
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality, StratumId};
@@ -48,6 +49,8 @@ pub struct Shared {
     comparisons: Option<Arc<comparison::Comparisons>>,
     /// What changed, when `changes.enabled`.
     attribution: Option<Arc<changes::Attribution>>,
+    /// The review queue, once attached (`review.enabled`).
+    review: Arc<OnceLock<crate::review::Review>>,
 }
 
 impl Shared {
@@ -59,6 +62,58 @@ impl Shared {
     /// [`Shared::new`] for a replay: the change attribution reads the whole run as one window.
     pub fn for_replay(config: &Config) -> Self {
         Self::with_clock(config, true)
+    }
+
+    /// Builds the review queue of `config` (`review.enabled`; its redaction's hash key from `env`)
+    /// and attaches it to every clone of this state.
+    pub fn attach_review(
+        &self,
+        config: &Config,
+        env: &HashMap<String, String>,
+    ) -> Result<(), String> {
+        if let Some(review) = crate::review::Review::new(
+            config,
+            env,
+            self.stratifier.names(),
+            &self.metrics.registry,
+        )? {
+            let _ = self.review.set(review);
+        }
+        Ok(())
+    }
+
+    /// Whether a drift rule is active on any metric and judge of `stratum`.
+    fn drifting(&self, stratum: StratumId) -> bool {
+        let s = self.stratifier.name(stratum);
+        Quality::ALL.iter().any(|m| {
+            JudgeKind::RULED.iter().any(|j| {
+                crate::window::RuleKind::ALL.iter().any(|r| {
+                    self.metrics
+                        .drift_active
+                        .with_label_values(&[m.name(), s, j.name(), r.name()])
+                        .get()
+                        > 0
+                })
+            })
+        })
+    }
+
+    /// Whether a context of `trace` is a listed suspect of `stratum` now.
+    fn suspect(&self, stratum: StratumId, trace: &Trace, now: u64) -> bool {
+        let Some(changes) = self.changes() else {
+            return false;
+        };
+        let window = crate::changes::Window::Short;
+        changes
+            .report(stratum, JudgeKind::Offline, window, now, false, None)
+            .is_some_and(|r| {
+                r.documents.iter().any(|d| {
+                    trace
+                        .contexts
+                        .iter()
+                        .any(|c| c.id.as_deref() == Some(d.id.as_str()))
+                })
+            })
     }
 
     /// What changed (suspects, novelty, coverage), when `changes.enabled`.
@@ -190,6 +245,7 @@ impl Shared {
             changes::Attribution::new(config, stratifier.names(), &metrics.registry, whole_run)
                 .map(Arc::new);
         Self {
+            review: Arc::new(OnceLock::new()),
             attribution,
             comparisons,
             metrics,
@@ -248,8 +304,14 @@ impl Shared {
         }
     }
 
-    /// Joins one human label line (see `Feedback`); `Invalid` when labels are off.
+    /// Joins one human label line (see `Feedback`); `Invalid` when labels are off. A label of a
+    /// trace picked for review also enters the reviewer estimate.
     pub fn label(&self, line: &[u8], now: u64) -> LabelOutcome {
+        if let Some(review) = self.review.get()
+            && let Some((trace_id, faithful)) = parse_label(line)
+        {
+            review.label(&trace_id, faithful, now);
+        }
         match &self.feedback {
             Some(f) => f.label(line, self.stratifier.names(), &self.metrics, now),
             None => LabelOutcome::Invalid,
@@ -348,6 +410,15 @@ impl Shared {
         }
         if let Some(a) = &self.attribution {
             a.judged(stratum, trace, verdict, now);
+        }
+        if let Some(review) = self.review.get()
+            && verdict.judge == JudgeKind::Llm
+        {
+            let cx = crate::review::Context {
+                drifting: self.drifting(stratum),
+                suspect: self.suspect(stratum, trace, now),
+            };
+            review.judged(stratum, trace, offline, verdict, probability, cx, now);
         }
         if !self.estimate || verdict.judge != JudgeKind::Llm {
             return;

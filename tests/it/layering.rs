@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["sample", "judge", "window", "changes"],
     &["metrics"],
     &["events"],
-    &["recorder"],
+    &["recorder", "review"],
     &["pipeline"],
     &["fleet"],
     &["source"],
