@@ -50,7 +50,7 @@ impl ReviewMetrics {
         let terms = float_counter(
             r,
             "ragwatch_review_terms_total",
-            "Weighted sums of the reviewer estimate, by stratum, phase (judge: each LLM faithfulness verdict y, w = 1/sample probability; review: each label on a picked trace, y = label - LLM verdict, w = 1/(sample x review probability)) and term (n, w, wy, ww, wwy, wwyy).",
+            "Weighted sums of the reviewer estimate, by stratum, phase (judge: each LLM verdict's call y = 1 faithful or 0, w = 1/sample probability; review: each label on a picked trace, y = 1 + label - call, w = 1/(sample x review probability)) and term (n, w, wy, ww, wwy, wwyy).",
             &["stratum", "phase", "term"],
         );
         let settings = gauge(

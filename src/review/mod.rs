@@ -10,11 +10,13 @@
 //! p x r, with p the LLM judge's sample probability: both are recorded on the item and kept until
 //! its label comes back.
 //!
-//! The reviewer estimate is a two-phase estimate: the LLM judge's weighted mean over its sample
-//! (phase `judge`, weights 1/p), plus the weighted mean of (label - LLM verdict) over the labelled
-//! picks (phase `review`, weights 1/(p x r)): the judge's bias, measured where people looked, with
-//! more looks where the judge is most likely wrong. Both phases are counters the rules pool; the
-//! interval adds their variances. Picked traces leave the process redacted like everything else.
+//! The reviewer estimate is a two-phase estimate of the share of the stratum's answers people judge
+//! faithful: the share the LLM judge calls faithful over its sample (its faithfulness at or above
+//! `labels.llm_faithful_threshold`; phase `judge`, weights 1/p), plus the weighted mean of (label -
+//! call) over the labelled picks (phase `review`, weights 1/(p x r)): the judge's bias, measured
+//! where people looked, with more looks where the judge is most likely wrong. Both phases are
+//! counters the rules pool; the interval adds their variances. Picked traces leave the process
+//! redacted like everything else.
 
 pub mod config;
 
@@ -114,6 +116,9 @@ pub struct Review {
     redactor: Redactor,
     file: Option<RecordsFile>,
     metrics: ReviewMetrics,
+    /// The LLM judge's faithfulness at or above which its call is "faithful"
+    /// (`labels.llm_faithful_threshold`).
+    faithful_at: f64,
 }
 
 impl Review {
@@ -144,6 +149,7 @@ impl Review {
             redactor,
             file,
             metrics: ReviewMetrics::register(registry, strata, c.min_labels, c.z),
+            faithful_at: config.labels.llm_faithful_threshold,
         }))
     }
 
@@ -185,9 +191,11 @@ impl Review {
         if llm.judge != JudgeKind::Llm || !(sample_probability > 0.0) {
             return None;
         }
-        let y = llm.faithfulness()?;
+        let score = llm.faithfulness()?;
+        // The judge's call, faithful or not: the reviewers' labels are calls too.
+        let y = f64::from(u8::from(score >= self.faithful_at));
         self.metrics.add(stratum, 0, 1.0 / sample_probability, y);
-        let reasons = self.reasons(offline, y, cx);
+        let reasons = self.reasons(offline, score, cx);
         let s = if reasons.is_empty() {
             1.0
         } else {

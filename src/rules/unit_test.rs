@@ -3,7 +3,8 @@
 //! and stays quiet where it must: too few samples, a wide interval, a healthy stratum, and an
 //! out-of-scope stratum for the metrics that leave those out; the variant comparison's tests,
 //! whose input series are written out here from each arm's sums; and the tests of the
-//! `ragwatch.changes` group (`templates/tests/changes.yaml`, as written).
+//! `ragwatch.changes` and `ragwatch.review` groups (`templates/tests/changes.yaml`, `review.yaml`, as
+//! written).
 
 use super::alert::{Alert, AlertKind, RUNBOOK_URL, title, words};
 use super::template::fill;
@@ -15,6 +16,7 @@ const DRIFT: &str = include_str!("templates/tests/drift.yaml");
 const SHIFT: &str = include_str!("templates/tests/shift.yaml");
 const COMPARISON: &str = include_str!("templates/tests/comparison.yaml");
 const CHANGES: &str = include_str!("templates/tests/changes.yaml");
+const REVIEW: &str = include_str!("templates/tests/review.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
@@ -29,6 +31,7 @@ pub(super) fn rule_tests() -> String {
             ("metric_tests", tests.join("\n")),
             ("comparison_tests", comparison_tests()),
             ("changes_tests", CHANGES.to_owned()),
+            ("review_tests", REVIEW.to_owned()),
         ],
     )
 }

@@ -42,6 +42,8 @@ impl Windows {
             ("short_sum", sum_range(self.short)),
             ("middle_sum", sum_range(self.middle)),
             ("baseline_sum", sum_range(self.baseline)),
+            ("review", prom_duration(self.baseline * 7)),
+            ("review_sum", sum_range(self.baseline * 7)),
             ("health_10m", health(600)),
             ("health_15m", health(900)),
             ("for_1m", self.pending_for(60)),

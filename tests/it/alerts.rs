@@ -949,7 +949,8 @@ fn check_dashboard(prom: u16) {
     panel_queries(&dash["panels"], &mut queries);
     assert!(!queries.is_empty(), "the dashboard has queries");
     // The variant comparison's panels need [variants]: tests/it/rollout_gates.rs checks those.
-    // What changed needs sources, a coverage level and scored contexts: tests/it/deploy.rs.
+    // What changed needs sources, a coverage level and scored contexts, the reviewers' panel the
+    // review queue: tests/it/deploy.rs checks those.
     queries.retain(|(_, expr)| {
         !expr.contains("comparison")
             && ![
@@ -958,6 +959,7 @@ fn check_dashboard(prom: u16) {
                 "retrieval_uncovered",
                 "retrieval_shift",
                 "changes_threshold",
+                "review_",
             ]
             .iter()
             .any(|t| expr.contains(t))

@@ -1586,7 +1586,8 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [labels]\nenabled = true\nauroc_min_per_class = 5\n\
              [changes]\nmin_traces = 5\n[changes.source]\ndeclared = [\"alpha\", \"beta\"]\n\
              fields = [\"/index\"]\n[changes.coverage]\nlevel = 0.95\n\
-             [changes.novelty]\nknown_after_secs = 2\n",
+             [changes.novelty]\nknown_after_secs = 2\n\
+             [review]\nenabled = true\nreviews_per_day = 1000000\n",
             trace_file.display(),
             server.base_url(),
             records.display()

@@ -258,6 +258,7 @@ fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
             ("RAGWATCH__CHANGES__SOURCE__DECLARED", "[\"wiki\"]".into()),
             ("RAGWATCH__CHANGES__SOURCE__ID_PATTERN", "^([^/]+)/".into()),
             ("RAGWATCH__CHANGES__COVERAGE__LEVEL", "0.5".into()),
+            ("RAGWATCH__REVIEW__ENABLED", "true".into()),
         ],
     );
     // The thresholds are exported by the evaluator's first pass, a second after start.
