@@ -24,7 +24,6 @@ use problems::Problems;
 
 use crate::audit::config::AuditConfig;
 use crate::changes::config::ChangesConfig;
-use crate::review::config::ReviewConfig;
 use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
@@ -33,6 +32,7 @@ use crate::judge::llm::config::{BudgetConfig, LlmConfig};
 use crate::metrics::config::MetricsConfig;
 use crate::recorder::config::LabelsConfig;
 use crate::redact::config::RedactConfig;
+use crate::review::config::ReviewConfig;
 use crate::sample::config::{SampleConfig, StrataConfig};
 use crate::sample::variant::config::VariantsConfig;
 use crate::source::config::{SourceConfig, SourceKind};

@@ -58,7 +58,11 @@ impl Pace {
     fn add(&mut self, s: f64, now_ms: u64) -> f64 {
         let slot = now_ms / SLOT_MS;
         if slot != self.slot {
-            self.previous = if slot == self.slot + 1 { self.current } else { 0.0 };
+            self.previous = if slot == self.slot + 1 {
+                self.current
+            } else {
+                0.0
+            };
             self.current = 0.0;
             self.slot = slot;
         }
@@ -188,7 +192,7 @@ impl Review {
         cx: Context,
         now_ms: u64,
     ) -> Option<Value> {
-        if llm.judge != JudgeKind::Llm || !(sample_probability > 0.0) {
+        if llm.judge != JudgeKind::Llm || sample_probability.is_nan() || sample_probability <= 0.0 {
             return None;
         }
         let score = llm.faithfulness()?;
@@ -205,7 +209,8 @@ impl Review {
         let pace = paces.get_mut(stratum)?;
         let per_day = pace.add(s, now_ms);
         let r = (self.config.reviews_per_day * s / per_day.max(f64::MIN_POSITIVE)).min(1.0);
-        let u = (xxh3_64_with_seed(trace.trace_id.as_bytes(), SALT) >> 11) as f64 / (1u64 << 53) as f64;
+        let u =
+            (xxh3_64_with_seed(trace.trace_id.as_bytes(), SALT) >> 11) as f64 / (1u64 << 53) as f64;
         if u >= r {
             return None;
         }
@@ -221,20 +226,36 @@ impl Review {
         }
         let listed = if reasons.is_empty() { vec![0] } else { reasons };
         self.metrics.picked(stratum, listed.iter().copied());
-        let item = self.item(stratum, trace, (offline, llm), &listed, (sample_probability, r), now_ms);
+        let item = self.item(
+            stratum,
+            trace,
+            (offline, llm),
+            &listed,
+            (sample_probability, r),
+            now_ms,
+        );
         if let Some(f) = &self.file {
             f.write(&item);
         }
         Some(item)
     }
 
-    fn remember(&self, trace: &Trace, stratum: StratumId, inclusion: f64, llm: f64, now_ms: u64) -> bool {
+    fn remember(
+        &self,
+        trace: &Trace,
+        stratum: StratumId,
+        inclusion: f64,
+        llm: f64,
+        now_ms: u64,
+    ) -> bool {
         let key = xxh3_64(trace.trace_id.as_bytes());
         let ttl = self.config.ttl_secs.saturating_mul(1000);
         let mut guard = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let (map, order) = &mut *guard;
         while let Some(&old) = order.front() {
-            let stale = map.get(&old).is_none_or(|p| now_ms.saturating_sub(p.at_ms) > ttl);
+            let stale = map
+                .get(&old)
+                .is_none_or(|p| now_ms.saturating_sub(p.at_ms) > ttl);
             if !stale {
                 break;
             }
@@ -245,7 +266,15 @@ impl Review {
             return false;
         }
         if map
-            .insert(key, Pending { stratum, inclusion, llm, at_ms: now_ms })
+            .insert(
+                key,
+                Pending {
+                    stratum,
+                    inclusion,
+                    llm,
+                    at_ms: now_ms,
+                },
+            )
             .is_none()
         {
             order.push_back(key);
@@ -305,5 +334,97 @@ impl Review {
             "answer": shown.answer,
             "verdicts": {"offline": scores(offline), "llm": scores(llm)},
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dimensions::PerQuality;
+
+    fn review(dir: &std::path::Path) -> (Review, prometheus::Registry) {
+        let toml = format!(
+            "[judge]\nsampled = \"llm\"\n[labels]\nenabled = true\n[review]\nenabled = true\n\
+             reviews_per_day = 1000000\npath = {:?}\n\
+             [redact]\nbuiltins = [\"email\", \"phone\", \"card\", \"secret\"]\n",
+            dir.join("review.jsonl")
+        );
+        let config =
+            crate::config::Config::from_toml_with_env(&toml, &HashMap::new()).expect("config");
+        let registry = prometheus::Registry::new();
+        let review = Review::new(&config, &HashMap::new(), &["qa".to_owned()], &registry)
+            .expect("built")
+            .expect("on");
+        (review, registry)
+    }
+
+    fn verdict(judge: JudgeKind, f: f64) -> Verdict {
+        Verdict {
+            judge,
+            scores: PerQuality::default().with(Quality::Faithfulness, Some(f)),
+            ..Verdict::with_faithfulness(judge, f)
+        }
+    }
+
+    #[test]
+    fn a_pick_leaves_redacted_with_its_probabilities_and_its_label_joins_once() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (review, _) = review(dir.path());
+        let mut trace = Trace::of(
+            "my card is 4111 1111 1111 1111, mail jane.doe@example.com",
+            &[(
+                "d1",
+                "call +44 20 7946 0958 or write to jane.doe@example.com",
+            )],
+            "charged to 4111 1111 1111 1111",
+        );
+        trace.trace_id = "t-1".into();
+        let offline = verdict(JudgeKind::Offline, 0.9);
+        let llm = verdict(JudgeKind::Llm, 0.2);
+        let item = review
+            .judged(0, &trace, &offline, &llm, 0.5, Context::default(), 1_000)
+            .expect("picked: the budget is far above the pace");
+        let text = item.to_string();
+        for secret in ["4111 1111 1111 1111", "jane.doe@example.com", "7946 0958"] {
+            assert!(!text.contains(secret), "{secret} left in {text}");
+        }
+        assert_eq!(item["reasons"], json!(["disagreement"]));
+        assert_eq!(item["sample_probability"], json!(0.5));
+        let written = std::fs::read_to_string(dir.path().join("review.jsonl")).expect("file");
+        assert!(!written.contains("4111") && written.contains("\"trace_id\":\"t-1\""));
+        assert!(review.label("t-1", false, 2_000));
+        assert!(!review.label("t-1", false, 3_000), "a pick joins one label");
+        assert!(!review.label("never-picked", true, 3_000));
+    }
+
+    #[test]
+    fn the_budget_paces_the_picks() {
+        let dir = tempfile::tempdir().expect("dir");
+        let toml = "[judge]\nsampled = \"llm\"\n[labels]\nenabled = true\n[review]\nenabled = true\nreviews_per_day = 100\n";
+        let config =
+            crate::config::Config::from_toml_with_env(toml, &HashMap::new()).expect("config");
+        let registry = prometheus::Registry::new();
+        let review = Review::new(&config, &HashMap::new(), &["qa".to_owned()], &registry)
+            .expect("built")
+            .expect("on");
+        drop(dir);
+        // 10,000 plain verdicts over a day: about 100 picks.
+        let offline = verdict(JudgeKind::Offline, 1.0);
+        let llm = verdict(JudgeKind::Llm, 1.0);
+        let mut picked = 0;
+        for i in 0..10_000u64 {
+            let mut t = Trace::of("q", &[("d", "c")], "a");
+            t.trace_id = format!("t{i}");
+            let now = i * DAY_MS / 10_000;
+            picked += usize::from(
+                review
+                    .judged(0, &t, &offline, &llm, 1.0, Context::default(), now)
+                    .is_some(),
+            );
+        }
+        assert!(
+            (70..=130).contains(&picked),
+            "{picked} picks for a budget of 100"
+        );
     }
 }

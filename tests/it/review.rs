@@ -20,7 +20,7 @@ use serde_json::Value;
 
 const TRACES: usize = 6000;
 const SAMPLE: f64 = 0.2;
-const REVIEWS_PER_DAY: f64 = 150.0;
+const REVIEWS_PER_DAY: &str = "150";
 const Z90: f64 = 1.645;
 
 struct Item {
@@ -106,7 +106,7 @@ fn run(items: &[Item], seed: u64, biased: bool, days: usize) -> Run {
         ("RAGWATCH__JUDGE__SAMPLED", "llm"),
         ("RAGWATCH__LABELS__ENABLED", "true"),
         ("RAGWATCH__REVIEW__ENABLED", "true"),
-        ("RAGWATCH__REVIEW__REVIEWS_PER_DAY", "150"),
+        ("RAGWATCH__REVIEW__REVIEWS_PER_DAY", REVIEWS_PER_DAY),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -129,7 +129,10 @@ fn run(items: &[Item], seed: u64, biased: bool, days: usize) -> Run {
         let mut trace = item.trace.clone();
         trace.trace_id = format!("s{seed}-{i}");
         let offline = verdict(JudgeKind::Offline, item.offline);
-        let llm = verdict(JudgeKind::Llm, Some(llm_score(&mut rng, item.faithful, biased)));
+        let llm = verdict(
+            JudgeKind::Llm,
+            Some(llm_score(&mut rng, item.faithful, biased)),
+        );
         shared.record_sampled(0, &llm, &offline, SAMPLE, &trace, now);
         // The reviewer labels what the queue picked (labels of unpicked traces join nothing).
         let label = format!(
@@ -172,8 +175,14 @@ fn the_reviewer_estimate_covers_the_truth_and_beats_random_labels() {
     let ours = mean(&|r| 2.0 * r.half_width);
     // The same number of uniformly random labels alone: a Wald interval on their share.
     let random = mean(&|r| 2.0 * Z90 * (r.truth * (1.0 - r.truth) / r.labels).sqrt());
-    let flagged = runs.iter().filter(|r| r.gap.abs() > r.gap_half_width).count();
-    eprintln!("gap {:+.3}, outside its 90 % interval in {flagged}/100", mean(&|r| r.gap));
+    let flagged = runs
+        .iter()
+        .filter(|r| r.gap.abs() > r.gap_half_width)
+        .count();
+    eprintln!(
+        "gap {:+.3}, outside its 90 % interval in {flagged}/100",
+        mean(&|r| r.gap)
+    );
     eprintln!(
         "covered {covered}/100; {labels:.0} labels a run ({:.0} informative picks); \
          90 % width {ours:.3} against {random:.3} for as many random labels; mean error {:+.4}",
@@ -182,13 +191,18 @@ fn the_reviewer_estimate_covers_the_truth_and_beats_random_labels() {
     );
     assert!(covered >= 85, "covered {covered}/100");
     assert!(ours < random, "{ours} >= {random}");
-    assert!((100.0..=300.0).contains(&labels), "the budget: {labels} labels");
+    assert!(
+        (100.0..=300.0).contains(&labels),
+        "the budget: {labels} labels"
+    );
 }
 
 #[test]
 fn a_biased_judge_shows_as_a_gap_and_the_estimate_stays_on_the_truth() {
     let items = items();
-    let runs: Vec<Run> = (0..20).map(|seed| run(&items, 1000 + seed, true, 3)).collect();
+    let runs: Vec<Run> = (0..20)
+        .map(|seed| run(&items, 1000 + seed, true, 3))
+        .collect();
     let flagged = runs
         .iter()
         .filter(|r| r.gap.abs() > r.gap_half_width)
@@ -199,7 +213,9 @@ fn a_biased_judge_shows_as_a_gap_and_the_estimate_stays_on_the_truth() {
         .count();
     let error = runs.iter().map(|r| r.estimate - r.truth).sum::<f64>() / runs.len() as f64;
     let gap = runs.iter().map(|r| r.gap).sum::<f64>() / runs.len() as f64;
-    eprintln!("biased judge: gap {gap:+.3} flagged in {flagged}/20; estimate error {error:+.4}; covered {covered}/20");
+    eprintln!(
+        "biased judge: gap {gap:+.3} flagged in {flagged}/20; estimate error {error:+.4}; covered {covered}/20"
+    );
     assert!(flagged >= 18, "the gap was seen in {flagged}/20 runs");
     assert!(error.abs() < 0.02, "the estimate is off by {error}");
     assert!(covered >= 16, "covered {covered}/20");
