@@ -76,11 +76,43 @@ enum Command {
         #[arg(long, default_value = "job")]
         install_label: String,
     },
+    /// Turn the review queue's file into a labelling sheet, or post a filled sheet back as labels.
+    #[command(subcommand)]
+    Review(ReviewCommand),
     /// Validate the config and print it with environment overrides applied, secrets redacted.
     CheckConfig {
         /// Config file.
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
+    },
+}
+
+/// `ragwatch review`'s subcommands.
+#[derive(Subcommand)]
+enum ReviewCommand {
+    /// Write a labelling sheet (one row per picked trace, an empty `faithful` column) from the
+    /// queue's file (`review.path`).
+    Sheet {
+        /// The queue's file.
+        queue: PathBuf,
+        /// `csv` for a spreadsheet, `jsonl` for a labelling tool.
+        #[arg(long, value_enum, default_value = "csv")]
+        format: ragwatch::review::sheet::SheetFormat,
+        /// Where to write the sheet; stdout when absent.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Post the rows of a filled sheet (CSV or JSON lines) whose `faithful` is filled to the write
+    /// listener's `POST /v1/labels`.
+    Post {
+        /// The filled sheet.
+        sheet: PathBuf,
+        /// The labels endpoint, e.g. `https://ragwatch.rag.svc:4318/v1/labels`.
+        #[arg(long)]
+        url: String,
+        /// The environment variable that holds the bearer token (a token with the `labels` scope).
+        #[arg(long, default_value = "RAGWATCH_LABELS_TOKEN")]
+        token_env: String,
     },
 }
 
@@ -289,6 +321,76 @@ fn main() -> ExitCode {
             run_gate(&args, &env)
         }
         Command::Replay(args) => replay(&runtime, args, &env),
+        Command::Review(command) => review(&runtime, command, &env),
+    }
+}
+
+/// `ragwatch review sheet` and `ragwatch review post`.
+fn review(
+    runtime: &tokio::runtime::Runtime,
+    command: ReviewCommand,
+    env: &HashMap<String, String>,
+) -> ExitCode {
+    use ragwatch::review::sheet;
+    match command {
+        ReviewCommand::Sheet { queue, format, out } => {
+            let mut buffer = Vec::new();
+            let written = sheet::sheet(&queue, format, &mut buffer).and_then(|counts| {
+                match &out {
+                    Some(path) => std::fs::write(path, &buffer)?,
+                    None => std::io::Write::write_all(&mut std::io::stdout(), &buffer)?,
+                }
+                Ok(counts)
+            });
+            match written {
+                Ok((rows, skipped)) => {
+                    eprintln!(
+                        "{rows} rows; {skipped} lines of {} were not queue items",
+                        queue.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ragwatch: {}: {e}", queue.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        ReviewCommand::Post {
+            sheet: path,
+            url,
+            token_env,
+        } => {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("ragwatch: {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let (labels, unfilled) = match sheet::labels(&text) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("ragwatch: {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let token = env.get(&token_env).map(String::as_str);
+            match runtime.block_on(sheet::post(&labels, &url, token)) {
+                Ok(counts) => {
+                    eprintln!(
+                        "posted {} labels ({unfilled} rows unfilled): {}",
+                        labels.len(),
+                        serde_json::Value::Object(counts)
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ragwatch: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 

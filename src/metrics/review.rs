@@ -14,7 +14,7 @@ pub(crate) const REASONS: [&str; 5] = [
     "suspect",
 ];
 /// Why a picked trace was not delivered.
-pub(crate) const DROPS: [&str; 2] = ["budget", "pending_full"];
+pub(crate) const DROPS: [&str; 3] = ["budget", "pending_full", "pull_buffer_full"];
 /// The two phases of the reviewer estimate: the LLM judge's verdicts (its sample of the stratum),
 /// and the reviewers' labels on the picked ones (the gap between people and the judge).
 pub(crate) const PHASES: [&str; 2] = ["judge", "review"];
@@ -27,7 +27,7 @@ pub(crate) struct ReviewMetrics {
     /// By stratum, then [`REASONS`].
     picked: Vec<[IntCounter; 5]>,
     /// By stratum, then [`DROPS`].
-    dropped: Vec<[IntCounter; 2]>,
+    dropped: Vec<[IntCounter; 3]>,
     /// By stratum, then [`PHASES`], then [`TERMS`].
     terms: Vec<[[Counter; 6]; 2]>,
 }
@@ -44,7 +44,7 @@ impl ReviewMetrics {
         let dropped = counter(
             r,
             "ragwatch_review_dropped_total",
-            "Picked traces not delivered for review, by stratum and reason (budget: past twice review.reviews_per_day in a day; pending_full: review.max_pending picked traces await labels).",
+            "Picked traces not delivered for review, by stratum and reason (budget: past twice review.reviews_per_day in a day; pending_full: review.max_pending picked traces await labels; pull_buffer_full: the oldest item of GET /v1/review's buffer, never pulled, gave way to a new one).",
             &["stratum", "reason"],
         );
         let terms = float_counter(

@@ -82,6 +82,11 @@ impl Shared {
         Ok(())
     }
 
+    /// The review queue, once attached.
+    pub(crate) fn review(&self) -> Option<&crate::review::Review> {
+        self.review.get()
+    }
+
     /// Whether a drift rule is active on any metric and judge of `stratum`.
     fn drifting(&self, stratum: StratumId) -> bool {
         let s = self.stratifier.name(stratum);

@@ -39,6 +39,10 @@ pub struct ReviewConfig {
     /// Rotated files kept.
     #[serde(default = "default_keep_files")]
     pub keep_files: u32,
+    /// Picked traces kept for `GET /v1/review` on the write listener (0: no pull endpoint); the
+    /// oldest unpulled one gives way to a new one.
+    #[serde(default)]
+    pub pull_buffer: usize,
     /// Picked traces remembered for their labels to join, at most.
     #[serde(default = "default_max_pending")]
     pub max_pending: usize,

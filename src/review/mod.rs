@@ -19,6 +19,7 @@
 //! redacted like everything else.
 
 pub mod config;
+pub mod sheet;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -119,6 +120,8 @@ pub struct Review {
     pending: Mutex<(HashMap<u64, Pending>, VecDeque<u64>)>,
     redactor: Redactor,
     file: Option<RecordsFile>,
+    /// Items awaiting `GET /v1/review`, when `pull_buffer` > 0.
+    pull: Option<Mutex<VecDeque<(StratumId, Value)>>>,
     metrics: ReviewMetrics,
     /// The LLM judge's faithfulness at or above which its call is "faithful"
     /// (`labels.llm_faithful_threshold`).
@@ -152,6 +155,7 @@ impl Review {
             pending: Mutex::new((HashMap::new(), VecDeque::new())),
             redactor,
             file,
+            pull: (c.pull_buffer > 0).then(|| Mutex::new(VecDeque::new())),
             metrics: ReviewMetrics::register(registry, strata, c.min_labels, c.z),
             faithful_at: config.labels.llm_faithful_threshold,
         }))
@@ -237,6 +241,15 @@ impl Review {
         if let Some(f) = &self.file {
             f.write(&item);
         }
+        if let Some(pull) = &self.pull {
+            let mut buffer = pull.lock().unwrap_or_else(|p| p.into_inner());
+            if buffer.len() >= self.config.pull_buffer
+                && let Some((s, _)) = buffer.pop_front()
+            {
+                self.metrics.dropped(s, 2);
+            }
+            buffer.push_back((stratum, item.clone()));
+        }
         Some(item)
     }
 
@@ -280,6 +293,21 @@ impl Review {
             order.push_back(key);
         }
         true
+    }
+
+    /// Whether `GET /v1/review` is served.
+    pub(crate) fn pulls(&self) -> bool {
+        self.pull.is_some()
+    }
+
+    /// Takes up to `max` items from the pull buffer, oldest first.
+    pub(crate) fn take(&self, max: usize) -> Vec<Value> {
+        let Some(pull) = &self.pull else {
+            return Vec::new();
+        };
+        let mut buffer = pull.lock().unwrap_or_else(|p| p.into_inner());
+        let n = max.min(buffer.len());
+        buffer.drain(..n).map(|(_, item)| item).collect()
     }
 
     /// A reviewer's label of `trace_id`: when it was picked (and not labelled yet), into the

@@ -25,6 +25,7 @@ mod fuzz_corpus;
 mod gate;
 mod layering;
 mod prerequisites;
+mod review_queue;
 
 #[cfg(feature = "prometheus")]
 mod cli;

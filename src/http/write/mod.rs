@@ -258,6 +258,7 @@ pub fn spawn(
                 "/v1/labels",
                 post(labels).layer(axum::extract::DefaultBodyLimit::max(MAX_LABEL_BODY_BYTES)),
             )
+            .route("/v1/review", axum::routing::get(review_items))
             .with_state(recorder);
         app = app.merge(guarded(labels, &guard, Endpoint::Labels));
         endpoints.push(Endpoint::Labels);
@@ -435,6 +436,47 @@ async fn labels(State(recorder): State<Shared>, body: Bytes) -> impl IntoRespons
         StatusCode::OK,
         format!("{}\n", serde_json::Value::Object(summary)),
     )
+}
+
+/// How many picked traces a `GET /v1/review` takes at most.
+#[derive(Debug, serde::Deserialize)]
+struct ReviewQuery {
+    max: Option<usize>,
+}
+
+/// Items at most per `GET /v1/review`.
+const MAX_REVIEW_ITEMS: usize = 100;
+
+/// `GET /v1/review?max=N`: up to N (default and at most 100) traces the review queue picked, oldest
+/// first, as JSON lines; each is handed out once. Behind the `labels` scope: whoever posts the
+/// labels reads the queue.
+async fn review_items(
+    State(recorder): State<Shared>,
+    query: Result<axum::extract::Query<ReviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> axum::response::Response {
+    let Some(review) = recorder.review().filter(|r| r.pulls()) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "no review queue to pull (review.enabled with review.pull_buffer > 0)\n",
+        )
+            .into_response();
+    };
+    let max = query
+        .ok()
+        .and_then(|q| q.0.max)
+        .unwrap_or(MAX_REVIEW_ITEMS)
+        .min(MAX_REVIEW_ITEMS);
+    let body: String = review
+        .take(max)
+        .iter()
+        .map(|item| format!("{item}\n"))
+        .collect();
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        body,
+    )
+        .into_response()
 }
 
 /// Checks the tokens file and the TLS files for a change every `every`, until `stop`.

@@ -494,11 +494,22 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 
 /// A minimal HTTP/1.1 request without a body; returns status and body.
 pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
+    http_request_as(addr, method, path, None)
+}
+
+/// [`http_request`] with `token` as the bearer token.
+pub fn http_request_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut raw = String::new();
