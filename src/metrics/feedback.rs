@@ -9,14 +9,14 @@ use crate::eval::{LABEL_SCORE_BOUNDS, label_score_bucket};
 
 /// Label values of `feedback`, by `Polarity` (negative first).
 pub(crate) const POLARITIES: [&str; 2] = ["negative", "positive"];
-/// The `polarity` of a kind outside the AUROC (`other`).
-pub(crate) const NO_POLARITY: &str = "none";
 
 /// The feedback families, registered when `labels.feedback.enabled`.
 #[derive(Debug, Clone)]
 pub(crate) struct FeedbackMetrics {
-    /// `ragwatch_feedback_total{stratum, kind, polarity}`.
+    /// `ragwatch_feedback_total{stratum, kind}`.
     pub events: IntCounterVec,
+    /// `ragwatch_feedback_polarity_total{stratum, polarity}`.
+    pub polarity: IntCounterVec,
     /// `ragwatch_feedback_received_total{outcome}`.
     pub received: IntCounterVec,
     /// `ragwatch_feedback_score_ratio{judge, stratum, feedback}`: cumulative, a histogram.
@@ -40,8 +40,14 @@ impl FeedbackMetrics {
             events: counter(
                 r,
                 "ragwatch_feedback_total",
-                "User feedback events joined to a trace, by stratum, kind (declared in labels.feedback.kinds, rating, other) and polarity (negative, positive; none for other).",
-                &["stratum", "kind", "polarity"],
+                "User feedback events joined to a trace, by stratum and kind (declared in labels.feedback.kinds, rating, other).",
+                &["stratum", "kind"],
+            ),
+            polarity: counter(
+                r,
+                "ragwatch_feedback_polarity_total",
+                "User feedback events joined to a trace, by stratum and polarity (negative, positive; other kinds have none and are not counted here).",
+                &["stratum", "polarity"],
             ),
             received: counter(
                 r,
@@ -91,22 +97,18 @@ impl FeedbackMetrics {
         }
     }
 
-    /// Creates every series of `outcomes`, `judges`, `strata` and `kinds` (name, polarity label)
-    /// at zero.
-    pub fn precreate(
-        &self,
-        outcomes: &[&str],
-        judges: &[&str],
-        strata: &[String],
-        kinds: &[(&str, &str)],
-    ) {
+    /// Creates every series of `outcomes`, `judges`, `strata` and `kinds` at zero.
+    pub fn precreate(&self, outcomes: &[&str], judges: &[&str], strata: &[String], kinds: &[&str]) {
         for outcome in outcomes {
             self.received.with_label_values(&[outcome]);
         }
         for stratum in strata {
-            for (kind, polarity) in kinds {
-                self.events
-                    .with_label_values(&[stratum.as_str(), kind, polarity]);
+            for kind in kinds {
+                self.events.with_label_values(&[stratum.as_str(), kind]);
+            }
+            for polarity in POLARITIES {
+                self.polarity
+                    .with_label_values(&[stratum.as_str(), polarity]);
             }
         }
         for judge in judges {

@@ -561,13 +561,16 @@ impl User {
     }
 
     fn count_event(&self, stratum: StratumId, e: &Event) {
-        let polarity = e
-            .polarity
-            .map_or(crate::metrics::feedback::NO_POLARITY, Polarity::as_str);
         self.metrics
             .events
-            .with_label_values(&[self.name(stratum), self.kinds.label(e.kind), polarity])
+            .with_label_values(&[self.name(stratum), self.kinds.label(e.kind)])
             .inc();
+        if let Some(p) = e.polarity {
+            self.metrics
+                .polarity
+                .with_label_values(&[self.name(stratum), p.as_str()])
+                .inc();
+        }
     }
 
     fn received(&self, outcome: LabelOutcome) {
@@ -727,15 +730,13 @@ mod tests {
         let judges = [JudgeKind::Offline, JudgeKind::Llm];
         let f = Feedback::with_user_feedback(&config, 0.5, Some((&m.registry, &names, &judges)));
         let u = f.user.as_ref().unwrap();
-        let events = |kind: &str, polarity: &str| {
-            u.metrics
-                .events
-                .with_label_values(&["head", kind, polarity])
-                .get()
-        };
+        let events = |kind: &str| u.metrics.events.with_label_values(&["head", kind]).get();
+        let polarity = |p: &str| u.metrics.polarity.with_label_values(&["head", p]).get();
         // Created at zero: every declared kind, rating (both polarities), other.
-        assert_eq!(events("rating", "negative"), 0);
-        assert_eq!(events("other", "none"), 0);
+        assert_eq!(
+            (events("rating"), events("other"), polarity("negative")),
+            (0, 0, 0)
+        );
         for (id, score) in [("a", 0.9), ("b", 0.3), ("c", 0.6)] {
             f.remember(id, 0, JudgeKind::Offline, Some(score), 0);
         }
@@ -777,10 +778,10 @@ mod tests {
                 .get(),
             0
         );
-        assert_eq!(events("thumbs_down", "negative"), 1);
-        assert_eq!(events("rating", "positive"), 1);
-        assert_eq!(events("rating", "negative"), 1);
-        assert_eq!(events("other", "none"), 1);
+        assert_eq!(events("thumbs_down"), 1);
+        assert_eq!(events("rating"), 2);
+        assert_eq!(events("other"), 1);
+        assert_eq!((polarity("negative"), polarity("positive")), (2, 1));
         // The LLM judge answers c after its feedback: that feedback counts its score then.
         f.remember("c", 0, JudgeKind::Llm, Some(0.2), 1500);
         // Feedback attached to a trace: a thumbs-up, counted when the trace is remembered.
@@ -788,8 +789,8 @@ mod tests {
             r#"{"feedback": [{"kind": "thumbs_up"}, "escalation", 3]}"#,
         );
         f.remember_with("d", 0, JudgeKind::Offline, Some(0.95), Some(&meta), 1000);
-        assert_eq!(events("thumbs_up", "positive"), 1);
-        assert_eq!(events("escalation", "negative"), 1);
+        assert_eq!((events("thumbs_up"), events("escalation")), (1, 1));
+        assert_eq!((polarity("negative"), polarity("positive")), (3, 2));
         assert_eq!(u.metrics.received.with_label_values(&["invalid"]).get(), 2);
         // Offline: positive {a 0.9, d 0.95}, negative {b 0.3, c 0.6, d 0.95}: a beats b and c,
         // d beats b and c and ties itself in its bucket (1/2): 4.5 of 6 pairs.

@@ -63,20 +63,9 @@ impl Kinds {
         }
     }
 
-    /// Every kind's label value and its `polarity` label value (a rating's varies: both).
-    pub fn series(&self) -> Vec<(&str, &'static str)> {
-        let mut out = Vec::new();
-        for (kind, polarity) in &self.labels {
-            match polarity {
-                Some(p) => out.push((kind.as_str(), p.as_str())),
-                None if kind == RATING => {
-                    out.push((kind.as_str(), Polarity::Negative.as_str()));
-                    out.push((kind.as_str(), Polarity::Positive.as_str()));
-                }
-                None => out.push((kind.as_str(), crate::metrics::feedback::NO_POLARITY)),
-            }
-        }
-        out
+    /// Every kind's label value.
+    pub fn series(&self) -> Vec<&str> {
+        self.labels.iter().map(|(k, _)| k.as_str()).collect()
     }
 
     /// The label value of kind `i`.

