@@ -222,3 +222,47 @@ impl UserFeedbackConfig {
         p.ratio("labels.feedback.auroc_floor", self.auroc_floor);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_feedback_validation_names_every_problem() {
+        let labels: LabelsConfig = toml::from_str(
+            r#"[feedback]
+               enabled = true
+               kinds = { thumbs_down = "negative", other = "positive", "Bad Kind" = "negative" }
+               rating = { min = 5, max = 1, negative_below = 3 }
+               trace_field = "feedback"
+               auroc_floor = 1.5"#,
+        )
+        .unwrap();
+        let mut p = Problems::default();
+        labels.validate(&mut p);
+        let text = format!("{p:?}");
+        for field in [
+            "labels.feedback.enabled",
+            r#"\"other\""#,
+            r#"\"Bad Kind\""#,
+            "labels.feedback.rating",
+            "labels.feedback.trace_field",
+            "labels.feedback.auroc_floor",
+        ] {
+            assert!(text.contains(field), "{field} missing from {text}");
+        }
+        let mut ok = Problems::default();
+        LabelsConfig {
+            enabled: true,
+            feedback: UserFeedbackConfig {
+                enabled: true,
+                ..UserFeedbackConfig::default()
+            },
+            ..LabelsConfig::default()
+        }
+        .validate(&mut ok);
+        assert!(!format!("{ok:?}").contains("field"), "{ok:?}");
+        // An unknown polarity does not parse.
+        assert!(toml::from_str::<LabelsConfig>("feedback.kinds = { x = \"meh\" }").is_err());
+    }
+}

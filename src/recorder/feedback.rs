@@ -196,13 +196,19 @@ pub(crate) struct Feedback {
 struct Label {
     trace_id: String,
     faithful: serde_json::Value,
+    /// Present on user feedback, which is never a faithfulness label.
+    #[serde(default)]
+    kind: Option<serde::de::IgnoredAny>,
 }
 
 /// One label line as (trace id, faithful): `faithful` a boolean, or a score in [0, 1] read as
 /// faithful from 0.5 up. `None` when it is not a label (bad JSON, no or empty trace id, no usable
-/// `faithful`). Shared by the live join and `replay --labels`.
+/// `faithful`, or a `kind`: user feedback). Shared by the live join and `replay --labels`.
 pub(crate) fn parse_label(line: &[u8]) -> Option<(String, bool)> {
     let label = serde_json::from_slice::<Label>(line).ok()?;
+    if label.kind.is_some() {
+        return None;
+    }
     let faithful = match &label.faithful {
         serde_json::Value::Bool(b) => *b,
         serde_json::Value::Number(n) => match n.as_f64() {
@@ -772,6 +778,7 @@ mod tests {
             assert_eq!(f.label(line.as_bytes(), &names, &m, 1000), want, "{line}");
         }
         assert_eq!(m.labels_received.with_label_values(&["joined"]).get(), 0);
+        assert_eq!(parse_label(body[0].0.as_bytes()), None);
         assert_eq!(
             m.label_agreement
                 .with_label_values(&["offline", "head", "true"])
