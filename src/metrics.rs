@@ -13,6 +13,7 @@ pub(crate) mod changes;
 pub(crate) mod comparison;
 pub mod config;
 mod exemplars;
+pub(crate) mod feedback;
 pub(crate) mod openmetrics;
 pub(crate) mod review;
 pub(crate) mod series;

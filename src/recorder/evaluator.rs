@@ -195,6 +195,7 @@ fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
     let Some(feedback) = &shared.feedback else {
         return;
     };
+    feedback.export_user_aurocs(now);
     let m = &shared.metrics.labelled;
     let min = config.labels.auroc_min_per_class;
     for a in feedback.aurocs(now) {

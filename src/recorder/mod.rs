@@ -11,6 +11,7 @@ mod comparison;
 pub mod config;
 mod evaluator;
 mod feedback;
+mod user_feedback;
 
 pub(crate) use evaluator::run_evaluator;
 pub use evaluator::{evaluate_once, export_thresholds};
@@ -200,6 +201,10 @@ impl Shared {
             config.windows.buckets,
             stratifier.names().len(),
         );
+        let mut label_judges = vec![JudgeKind::Offline];
+        if config.judge.sampled == SampledJudge::Llm {
+            label_judges.push(JudgeKind::Llm);
+        }
         if config.labels.enabled {
             for outcome in LabelOutcome::ALL {
                 metrics
@@ -249,6 +254,13 @@ impl Shared {
         let attribution =
             changes::Attribution::new(config, stratifier.names(), &metrics.registry, whole_run)
                 .map(Arc::new);
+        let feedback = config.labels.enabled.then(|| {
+            Arc::new(Feedback::with_user_feedback(
+                &config.labels,
+                config.judge.faithful_threshold,
+                Some((&metrics.registry, stratifier.names(), &label_judges)),
+            ))
+        });
         Self {
             review: Arc::new(OnceLock::new()),
             attribution,
@@ -257,12 +269,7 @@ impl Shared {
             windows: Arc::new(Mutex::new(windows)),
             stratifier,
             estimate: config.judge.sampled == SampledJudge::Llm,
-            feedback: config.labels.enabled.then(|| {
-                Arc::new(Feedback::new(
-                    &config.labels,
-                    config.judge.faithful_threshold,
-                ))
-            }),
+            feedback,
             length_moments,
             families: Arc::new((
                 config.audit.clone(),
@@ -296,14 +303,16 @@ impl Shared {
         }
     }
 
-    /// Remembers a verdict's faithfulness under its trace id, for human labels to join later.
-    fn remember(&self, trace_id: &str, stratum: StratumId, verdict: &Verdict, now: u64) {
+    /// Remembers a verdict's faithfulness under its trace id, for human labels to join later,
+    /// with the user feedback attached to the trace.
+    fn remember(&self, trace: &Trace, stratum: StratumId, verdict: &Verdict, now: u64) {
         if let Some(f) = &self.feedback {
-            f.remember(
-                trace_id,
+            f.remember_with(
+                &trace.trace_id,
                 stratum,
                 verdict.judge,
                 verdict.faithfulness(),
+                Some(&trace.metadata),
                 now,
             );
         }
@@ -365,7 +374,7 @@ impl Shared {
     fn record_verdict(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) {
         self.record_scores(stratum, verdict, &trace.trace_id, now);
         self.record_audit(stratum, trace, verdict);
-        self.remember(&trace.trace_id, stratum, verdict, now);
+        self.remember(trace, stratum, verdict, now);
     }
 
     fn record_scores(&self, stratum: StratumId, verdict: &Verdict, trace_id: &str, now: u64) {

@@ -17,6 +17,7 @@ const SHIFT: &str = include_str!("templates/tests/shift.yaml");
 const COMPARISON: &str = include_str!("templates/tests/comparison.yaml");
 const CHANGES: &str = include_str!("templates/tests/changes.yaml");
 const REVIEW: &str = include_str!("templates/tests/review.yaml");
+const FEEDBACK: &str = include_str!("templates/tests/feedback.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
@@ -32,6 +33,7 @@ pub(super) fn rule_tests() -> String {
             ("comparison_tests", comparison_tests()),
             ("changes_tests", CHANGES.to_owned()),
             ("review_tests", REVIEW.to_owned()),
+            ("feedback_tests", FEEDBACK.to_owned()),
         ],
     )
 }

@@ -246,6 +246,7 @@ fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
             ("RAGWATCH__LLM__BASE_URL", "http://127.0.0.1:1/v1".into()),
             ("RAGWATCH_LLM_API_KEY", "unused".into()),
             ("RAGWATCH__LABELS__ENABLED", "true".into()),
+            ("RAGWATCH__LABELS__FEEDBACK__ENABLED", "true".into()),
             // Variants on, with a declared share: the comparison's families exist only then.
             (
                 "RAGWATCH__VARIANTS__DECLARED",

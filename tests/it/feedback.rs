@@ -1,0 +1,291 @@
+//! User feedback as its own signal, through a real Prometheus with the shipped rules (short
+//! windows): ragwatch reads generated traces from a file, some carrying feedback in their metadata
+//! (`labels.feedback.trace_field`), and a feedback tool posts thumbs, escalations, regenerations and
+//! ratings for the rest. Negative feedback is drawn with a probability that depends on whether the
+//! answer is faithful, so the offline judge's score predicts it: the feedback AUROC the recording
+//! rule pools equals the one ragwatch computes in process (and the one the scraped buckets give),
+//! and none of the feedback counts as a faithfulness label.
+
+use crate::common::prometheus::{query, start_prometheus, test_rules};
+use crate::common::*;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// The AUROC of the feedback buckets on `/metrics` (positive above negative), the rule's formula
+/// written again here.
+fn auroc_from_scrape(m: &Samples, judge: &str, stratum: &str) -> Option<f64> {
+    let mut buckets: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
+    for (name, labels, v) in &m.0 {
+        if name != "ragwatch_feedback_scores_total"
+            || labels["judge"] != judge
+            || labels["stratum"] != stratum
+        {
+            continue;
+        }
+        let le: f64 = labels["bucket"].parse().unwrap();
+        let at = buckets
+            .entry(format!("{le:08.4}"))
+            .or_insert((le, 0.0, 0.0));
+        if labels["feedback"] == "positive" {
+            at.1 += v;
+        } else {
+            at.2 += v;
+        }
+    }
+    let (pos, neg) = buckets
+        .values()
+        .fold((0.0, 0.0), |a, b| (a.0 + b.1, a.1 + b.2));
+    let mut cum = 0.0;
+    let mut u = 0.0;
+    for (_, p, n) in buckets.values() {
+        cum += n;
+        u += p * (cum - n / 2.0);
+    }
+    (pos > 0.0 && neg > 0.0).then(|| u / (pos * neg))
+}
+
+/// A small deterministic generator (splitmix64), for the feedback draws.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[test]
+fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let traces = gen_traces(
+        600,
+        &[
+            "--seed",
+            "23",
+            "--unfaithful-share",
+            "0.35",
+            "--prefix",
+            "fb",
+        ],
+    );
+    // Each trace's feedback: negative with probability 0.75 when the answer restates a number its
+    // contexts do not hold (unfaithful), 0.15 otherwise; as a kind, or a rating (1-2 negative, 4-5
+    // positive). Every 4th trace carries it in its metadata, the rest are posted; every 10th also
+    // gets an undeclared kind, counted as `other` and left out of the AUROC.
+    let mut draw = Draw(23);
+    let mut body = Vec::new();
+    let mut posted = String::new();
+    let (mut negative, mut positive, mut unfaithful_negative, mut unfaithful) = (0, 0, 0, 0);
+    for (i, (id, line)) in traces.iter().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        let answer = v["answer"].as_str().unwrap_or_default().to_owned();
+        let contexts = v["contexts"].to_string();
+        let faithful = answer
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|n| !n.is_empty())
+            .all(|n| contexts.contains(n));
+        let neg = draw.next() < if faithful { 0.15 } else { 0.75 };
+        let pick = draw.next();
+        let event = match (neg, pick) {
+            (true, p) if p < 0.4 => serde_json::json!({"kind": "thumbs_down"}),
+            (true, p) if p < 0.55 => serde_json::json!({"kind": "escalation"}),
+            (true, p) if p < 0.7 => serde_json::json!({"kind": "regenerate"}),
+            (true, p) => {
+                serde_json::json!({"kind": "rating", "value": if p < 0.85 { 1 } else { 2 }})
+            }
+            (false, p) if p < 0.6 => serde_json::json!({"kind": "thumbs_up"}),
+            (false, p) => {
+                serde_json::json!({"kind": "rating", "value": if p < 0.8 { 4 } else { 5 }})
+            }
+        };
+        if neg {
+            negative += 1;
+        } else {
+            positive += 1;
+        }
+        if !faithful {
+            unfaithful += 1;
+            unfaithful_negative += usize::from(neg);
+        }
+        if i % 4 == 0 {
+            v["metadata"]["feedback"] = serde_json::json!([event]);
+        } else {
+            let mut e = event;
+            e["trace_id"] = serde_json::json!(id);
+            // A `faithful` beside a `kind` is ignored: feedback is never a faithfulness label.
+            e["faithful"] = serde_json::json!(true);
+            posted.push_str(&e.to_string());
+            posted.push('\n');
+        }
+        if i % 10 == 0 {
+            posted.push_str(&format!(
+                "{{\"trace_id\": \"{id}\", \"kind\": \"shared\"}}\n"
+            ));
+        }
+        body.extend_from_slice(v.to_string().as_bytes());
+        body.push(b'\n');
+    }
+    assert!(unfaithful > 100, "{unfaithful} unfaithful answers");
+    let file = dir.path().join("traces.jsonl");
+    std::fs::write(&file, body).unwrap();
+    let rw = Ragwatch::start(
+        &root.join("config/ragwatch.toml"),
+        &[
+            ("RAGWATCH__SOURCE__PATH", file.display().to_string()),
+            ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
+            ("RAGWATCH__SOURCE__LOOP", "false".into()),
+            ("RAGWATCH__LABELS__ENABLED", "true".into()),
+            ("RAGWATCH__LABELS__FEEDBACK__ENABLED", "true".into()),
+            (
+                "RAGWATCH__LABELS__FEEDBACK__TRACE_FIELD",
+                "/feedback".into(),
+            ),
+            (
+                "RAGWATCH__LABELS__FEEDBACK__RATING",
+                "{ min = 1, max = 5, negative_below = 3 }".into(),
+            ),
+            // Every stratum's figure in process, however few events it has (the rule has no
+            // minimum: the alert has).
+            (
+                "RAGWATCH__LABELS__FEEDBACK__AUROC_MIN_PER_CLASS",
+                "1".into(),
+            ),
+        ],
+    );
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
+             scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
+             \x20       labels: {{namespace: feedback, pod: ragwatch-0}}\n",
+            rw.addr
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
+    let (prom, _prom) = start_prometheus(dir.path(), &[]);
+    wait_for("the traces to be read", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
+    });
+    wait_for(
+        "three scrapes of the feedback series",
+        Duration::from_secs(30),
+        || {
+            let q = "min(count_over_time(ragwatch_feedback_score_ratio_bucket[1m]))";
+            let rows = query(prom, q)?;
+            let scrapes: f64 = rows.first()?["value"][1].as_str()?.parse().ok()?;
+            (scrapes >= 3.0).then_some(())
+        },
+    );
+    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &posted);
+    assert_eq!(code, 200, "{reply}");
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["invalid"], 0, "{reply}");
+    assert_eq!(reply["unknown_trace"], 0, "{reply}");
+    let m = rw.metrics().unwrap();
+    // Feedback is not a label: no label was joined or compared with a judge.
+    assert_eq!(m.sum("ragwatch_labels_total", &[]), 0.0);
+    assert_eq!(m.sum("ragwatch_label_agreement_total", &[]), 0.0);
+    assert_eq!(
+        m.sum(
+            "ragwatch_feedback_polarity_total",
+            &[("polarity", "negative")]
+        ),
+        negative as f64
+    );
+    assert_eq!(
+        m.sum(
+            "ragwatch_feedback_polarity_total",
+            &[("polarity", "positive")]
+        ),
+        positive as f64
+    );
+    assert_eq!(
+        m.sum("ragwatch_feedback_total", &[("kind", "other")]),
+        traces.len().div_ceil(10) as f64
+    );
+    let in_process = |m: &Samples| -> BTreeMap<String, f64> {
+        m.0.iter()
+            .filter(|(n, l, _)| n == "ragwatch_feedback_auroc_ratio" && l["judge"] == "offline")
+            .map(|(_, l, v)| (l["stratum"].clone(), *v))
+            .collect()
+    };
+    // Every stratum with feedback of both polarities, from the scraped buckets.
+    let strata: std::collections::BTreeSet<String> =
+        m.0.iter()
+            .filter(|(n, _, v)| n == "ragwatch_feedback_scores_total" && *v > 0.0)
+            .map(|(_, l, _)| l["stratum"].clone())
+            .collect();
+    let with_both: Vec<String> = strata
+        .into_iter()
+        .filter(|s| auroc_from_scrape(&m, "offline", s).is_some())
+        .collect();
+    // The scraped buckets' AUROC is final once the POST returned; the in-process figure follows at
+    // the evaluator's next pass (every second) and then equals it.
+    let scraped: BTreeMap<String, f64> = with_both
+        .iter()
+        .map(|s| (s.clone(), auroc_from_scrape(&m, "offline", s).unwrap()))
+        .collect();
+    let expected = wait_for("the in-process AUROC", Duration::from_secs(10), || {
+        let e = in_process(&rw.metrics()?);
+        (e.len() == scraped.len()
+            && scraped
+                .iter()
+                .all(|(k, want)| e.get(k).is_some_and(|got| (got - want).abs() < 1e-9)))
+        .then_some(e)
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let from_rule = loop {
+        let rule: BTreeMap<String, f64> =
+            query(prom, "ragwatch:feedback_auroc:ratio_1h{judge=\"offline\"}")
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"]["stratum"].as_str().unwrap().to_owned(),
+                        r["value"][1].as_str().unwrap().parse().unwrap(),
+                    )
+                })
+                .collect();
+        let agrees = rule.len() == expected.len()
+            && expected
+                .iter()
+                .all(|(k, want)| rule.get(k).is_some_and(|got| (got - want).abs() < 0.01));
+        if agrees || std::time::Instant::now() > deadline {
+            break rule;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let negative_rate = query(prom, "ragwatch:feedback_negative:ratio_1h").unwrap();
+    eprintln!(
+        "feedback AUROC (offline judge): in process {expected:?}, rule {from_rule:?}; \
+         {negative} negative, {positive} positive, {unfaithful_negative} of {unfaithful} unfaithful answers negative; \
+         negative per trace {:?}",
+        negative_rate
+            .iter()
+            .map(|r| (r["metric"]["stratum"].clone(), r["value"][1].clone()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        from_rule.len(),
+        expected.len(),
+        "{from_rule:?} vs {expected:?}"
+    );
+    for (stratum, want) in &expected {
+        let got = from_rule[stratum];
+        assert!(
+            (got - want).abs() < 0.01,
+            "{stratum}: rule {got}, in process {want}"
+        );
+        // Negative feedback follows unfaithful answers, so the judge's score predicts it.
+        assert!(*want > 0.55, "{stratum}: AUROC {want}");
+    }
+    assert!(!negative_rate.is_empty());
+}
