@@ -950,7 +950,7 @@ fn check_dashboard(prom: u16) {
     assert!(!queries.is_empty(), "the dashboard has queries");
     // The variant comparison's panels need [variants]: tests/it/rollout_gates.rs checks those.
     // What changed needs sources, a coverage level and scored contexts, the reviewers' panel the
-    // review queue: tests/it/deploy.rs checks those.
+    // review queue, the feedback panel user feedback: tests/it/deploy.rs checks those.
     queries.retain(|(_, expr)| {
         !expr.contains("comparison")
             && ![
@@ -960,6 +960,7 @@ fn check_dashboard(prom: u16) {
                 "retrieval_shift",
                 "changes_threshold",
                 "review_",
+                "feedback",
             ]
             .iter()
             .any(|t| expr.contains(t))

@@ -1587,7 +1587,8 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [changes]\nmin_traces = 5\n[changes.source]\ndeclared = [\"alpha\", \"beta\"]\n\
              fields = [\"/index\"]\n[changes.coverage]\nlevel = 0.95\n\
              [changes.novelty]\nknown_after_secs = 2\n\
-             [review]\nenabled = true\nreviews_per_day = 1000000\n",
+             [review]\nenabled = true\nreviews_per_day = 1000000\n\
+             [labels.feedback]\nenabled = true\nauroc_min_per_class = 5\n",
             trace_file.display(),
             server.base_url(),
             records.display()
@@ -1613,7 +1614,12 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
         .enumerate()
         .map(|(i, l)| {
             let id = serde_json::from_str::<Value>(l).unwrap()["trace_id"].clone();
-            format!("{{\"trace_id\": {id}, \"faithful\": {}}}\n", i % 3 != 0)
+            // And a user's thumbs, for the feedback panel.
+            let thumb = if i % 3 == 0 { "thumbs_down" } else { "thumbs_up" };
+            format!(
+                "{{\"trace_id\": {id}, \"faithful\": {}}}\n{{\"trace_id\": {id}, \"kind\": \"{thumb}\"}}\n",
+                i % 3 != 0
+            )
         })
         .collect();
     let labelling = Arc::new(AtomicBool::new(true));
