@@ -203,16 +203,8 @@ fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
         let labels = [a.judge.name(), stratum];
         let enough = a.faithful >= min.max(1) && a.unfaithful >= min.max(1);
         let auroc = a.auroc.filter(|_| enough);
-        let below =
-            auroc.is_some_and(|v| config.labels.auroc_floor > 0.0 && v < config.labels.auroc_floor);
-        match auroc {
-            Some(v) => m.auroc.with_label_values(&labels).set(v),
-            None => {
-                let _ = m.auroc.remove_label_values(&labels);
-            }
-        }
-        let flag = m.below_floor.with_label_values(&labels);
-        if below && flag.get() == 0 {
+        let floor = config.labels.auroc_floor;
+        if super::feedback::export_floored_auroc(&m.auroc, &m.below_floor, &labels, auroc, floor) {
             tracing::warn!(
                 judge = a.judge.name(),
                 stratum,
@@ -223,7 +215,6 @@ fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
                 "judge disagrees with human labels: its scores barely separate faithful from unfaithful answers"
             );
         }
-        flag.set(i64::from(below));
     }
 }
 

@@ -227,6 +227,28 @@ fn polarity_index(p: Polarity) -> usize {
     }
 }
 
+/// Sets a judge's AUROC series (removed when `auroc` is `None`: too few of a class) and its
+/// below-floor flag (`floor` 0: never); returns whether the flag rose now, for the caller to log once.
+pub(crate) fn export_floored_auroc(
+    gauge: &prometheus::GaugeVec,
+    below_floor: &prometheus::IntGaugeVec,
+    labels: &[&str],
+    auroc: Option<f64>,
+    floor: f64,
+) -> bool {
+    let below = auroc.is_some_and(|v| floor > 0.0 && v < floor);
+    match auroc {
+        Some(v) => gauge.with_label_values(labels).set(v),
+        None => {
+            let _ = gauge.remove_label_values(labels);
+        }
+    }
+    let flag = below_floor.with_label_values(labels);
+    let rose = below && flag.get() == 0;
+    flag.set(i64::from(below));
+    rose
+}
+
 impl Feedback {
     /// A store for `config`; `offline_threshold` is `judge.faithful_threshold`.
     #[cfg(test)]
@@ -417,15 +439,7 @@ impl Feedback {
             let labels = [a.judge.name(), stratum];
             let min = u.min_per_class.max(1);
             let auroc = a.auroc.filter(|_| a.negative >= min && a.positive >= min);
-            let below = auroc.is_some_and(|v| u.floor > 0.0 && v < u.floor);
-            match auroc {
-                Some(v) => m.auroc.with_label_values(&labels).set(v),
-                None => {
-                    let _ = m.auroc.remove_label_values(&labels);
-                }
-            }
-            let flag = m.below_floor.with_label_values(&labels);
-            if below && flag.get() == 0 {
+            if export_floored_auroc(&m.auroc, &m.below_floor, &labels, auroc, u.floor) {
                 tracing::warn!(
                     judge = a.judge.name(),
                     stratum,
@@ -436,7 +450,6 @@ impl Feedback {
                     "judge misses user feedback: its scores barely separate answers users liked from ones they did not"
                 );
             }
-            flag.set(i64::from(below));
         }
     }
 
