@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::label_judge::LabelJudge;
-use crate::common::prometheus::{WINDOWS, query, start_prometheus, test_rules};
+use crate::common::prometheus::{WINDOWS, query, query_at, start_prometheus, test_rules};
 use crate::common::rollout::{
     ANALYSIS_TEMPLATE, CANARY_METRIC, METRIC_TEMPLATE, Phase, argo_query, assess, flagger_check,
     flagger_query, load, result,
@@ -48,7 +48,7 @@ const REPLICAS: [Replica; 4] = [
         job: "rag-worse",
         canary_unfaithful: 0.4,
         verbose_canary: false,
-        rate_per_sec: 100.0,
+        rate_per_sec: 60.0,
         judge_model: "judge-a",
     },
     Replica {
@@ -181,28 +181,54 @@ fn value(r: &Value) -> f64 {
     r["value"][1].as_str().unwrap().parse().unwrap()
 }
 
+/// The overall faithfulness verdict of each install's canary.
+const VERDICT: &str =
+    "ragwatch:comparison_verdict{stratum=\"*\", metric=\"faithfulness\", variant=\"canary\"}";
+
+/// The fewer judged faithfulness verdicts of the canary's two arms.
+const THINNEST_ARM: &str = "min without (arm) (ragwatch:comparison_judged:sum{stratum=\"head\", metric=\"faithfulness\", variant=\"canary\"})";
+
 /// The overall faithfulness verdict of each install's canary, by job.
 fn verdicts(prom: u16) -> BTreeMap<String, f64> {
-    query(
-        prom,
-        "ragwatch:comparison_verdict{stratum=\"*\", metric=\"faithfulness\", variant=\"canary\"}",
-    )
-    .unwrap_or_default()
-    .iter()
-    .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
-    .collect()
+    query(prom, VERDICT)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+        .collect()
 }
 
 /// The fewer judged faithfulness verdicts of the canary's two arms, by job.
 fn thinnest_arm(prom: u16) -> BTreeMap<String, f64> {
-    query(
-        prom,
-        "min without (arm) (ragwatch:comparison_judged:sum{stratum=\"head\", metric=\"faithfulness\", variant=\"canary\"})",
-    )
-    .unwrap_or_default()
-    .iter()
-    .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
-    .collect()
+    query(prom, THINNEST_ARM)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| (r["metric"]["job"].as_str().unwrap().to_owned(), value(r)))
+        .collect()
+}
+
+/// Each second since `since` at which Prometheus held both a verdict for `job`'s canary and a
+/// thinnest arm under `MIN_JUDGED`: (seconds since `since`, that arm's verdicts, the verdict).
+fn thin_history(prom: u16, job: &str, since: Instant) -> Vec<(u64, f64, f64)> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let elapsed = since.elapsed().as_secs();
+    let one = |q: &str, t: f64| {
+        query_at(prom, q, t)
+            .unwrap_or_default()
+            .iter()
+            .find(|r| r["metric"]["job"] == job)
+            .map(value)
+    };
+    (0..=elapsed)
+        .filter_map(|s| {
+            let t = now - (elapsed - s) as f64;
+            let n = one(THINNEST_ARM, t)?;
+            let v = one(VERDICT, t)?;
+            ((n as u64) < MIN_JUDGED).then_some((s, n, v))
+        })
+        .collect()
 }
 
 /// The shipped gates, read from their files, asking this test's Prometheus.
@@ -272,24 +298,13 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         labels.extend(l);
         files.push(file);
     }
-    let judge = LabelJudge::start(labels, 17);
-    let replicas: Vec<Ragwatch> = REPLICAS
-        .iter()
-        .enumerate()
-        .map(|(i, r)| start(dir.path(), i, r, &files[i], &judge))
-        .collect();
-
+    // Prometheus first, its targets found in files written once the replicas listen: it scrapes
+    // each replica from its first second, so the rules see the arms while they are thin.
     let mut jobs = String::new();
     for job in ["rag-worse", "rag-verbose", "rag-mixed"] {
-        jobs.push_str(&format!("  - job_name: {job}\n    static_configs:\n"));
-        for (r, p) in REPLICAS.iter().zip(&replicas) {
-            if r.job == job {
-                jobs.push_str(&format!(
-                    "      - targets: [\"{}\"]\n        labels: {{namespace: {NAMESPACE}}}\n",
-                    p.addr
-                ));
-            }
-        }
+        jobs.push_str(&format!(
+            "  - job_name: {job}\n    file_sd_configs:\n      - files: [\"targets-{job}.json\"]\n        refresh_interval: 1s\n"
+        ));
     }
     std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
     std::fs::write(
@@ -301,10 +316,29 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
     )
     .unwrap();
     let (prom, _prom) = start_prometheus(dir.path(), &[]);
+
+    let judge = LabelJudge::start(labels, 17);
+    let started = Instant::now();
+    let replicas: Vec<Ragwatch> = REPLICAS
+        .iter()
+        .enumerate()
+        .map(|(i, r)| start(dir.path(), i, r, &files[i], &judge))
+        .collect();
+    for job in ["rag-worse", "rag-verbose", "rag-mixed"] {
+        let targets: Vec<String> = REPLICAS
+            .iter()
+            .zip(&replicas)
+            .filter(|(r, _)| r.job == job)
+            .map(|(_, p)| p.addr.to_string())
+            .collect();
+        let groups = serde_json::json!([{"targets": targets, "labels": {"namespace": NAMESPACE}}]);
+        let tmp = dir.path().join(format!(".targets-{job}.json"));
+        std::fs::write(&tmp, groups.to_string()).unwrap();
+        std::fs::rename(&tmp, dir.path().join(format!("targets-{job}.json"))).unwrap();
+    }
     let gates = Gates::shipped(prom);
 
     // Until the worse canary's verdict is in: whatever is thin is undecided, and gated as such.
-    let started = Instant::now();
     let mut thin_seen = BTreeSet::new();
     let worse = "(RagwatchVariantWorse, rag-worse, canary)";
     let mut reported = Instant::now();
@@ -338,10 +372,20 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         started.elapsed().as_secs_f64(),
         thinnest_arm(prom),
     );
+    // The worse canary's thin start as Prometheus recorded it, second by second: the polls above
+    // may all come after it on a loaded machine, the rules' history does not.
+    let history = thin_history(prom, "rag-worse", started);
+    eprintln!("rag-worse's thin start as recorded (s, fewer verdicts, verdict): {history:?}");
     assert!(
-        thin_seen.contains("rag-worse"),
-        "the worse canary's thin start was never seen"
+        !history.is_empty() || thin_seen.contains("rag-worse"),
+        "the worse canary's thin start was never recorded"
     );
+    for (t, n, v) in &history {
+        assert_eq!(
+            *v, 0.0,
+            "rag-worse at {t} s: an arm of {n} verdicts decides"
+        );
+    }
 
     // From then on, for a short window, as the controllers read it: Argo's run for the worse canary
     // has failed (failureLimit 0: its first failed measurement ends it) and Flagger's check fails
