@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -75,6 +75,26 @@ enum Command {
         /// the scrape job).
         #[arg(long, default_value = "job")]
         install_label: String,
+        /// Write the tuned rules (rules.yaml) and their PrometheusRule (prometheusrule.yaml) into
+        /// this directory instead of the repository's files; required by the tuning flags below.
+        #[arg(long, conflicts_with = "check")]
+        out: Option<PathBuf>,
+        /// A label added to every alert (`team=rag`); repeatable.
+        #[arg(long = "rule-label", value_name = "NAME=VALUE", value_parser = ragwatch::rules::key_value)]
+        rule_labels: Vec<(String, String)>,
+        /// An alert left out; repeatable.
+        #[arg(long = "disable-alert", value_name = "ALERT")]
+        disabled: Vec<String>,
+        /// One alert's pending duration (`RagwatchNoTraces=30m`); repeatable.
+        #[arg(long = "alert-for", value_name = "ALERT=DURATION", value_parser = ragwatch::rules::key_value)]
+        alert_for: Vec<(String, String)>,
+        /// One alert's threshold (`RagwatchConsumerLagGrowing.lag_messages=50000`); repeatable.
+        /// `--list-thresholds` names them.
+        #[arg(long = "alert-threshold", value_name = "ALERT.PARAM=VALUE", value_parser = ragwatch::rules::key_value)]
+        alert_thresholds: Vec<(String, String)>,
+        /// Print every tunable threshold with its shipped value, and exit.
+        #[arg(long)]
+        list_thresholds: bool,
     },
     /// Turn the review queue's file into a labelling sheet, or post a filled sheet back as labels.
     #[command(subcommand)]
@@ -85,6 +105,32 @@ enum Command {
         #[arg(long, default_value = "config/ragwatch.toml")]
         config: PathBuf,
     },
+}
+
+/// `ragwatch rules --out DIR`: the rules and the PrometheusRule with `tuning`, into `out`.
+fn write_tuned(
+    out: &Path,
+    windows: &ragwatch::rules::Windows,
+    pooling: &ragwatch::rules::Pooling,
+    tuning: &ragwatch::rules::Tuning,
+) -> ExitCode {
+    let (rules, manifest) = match ragwatch::rules::tuned(windows, pooling, tuning) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("ragwatch: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let written = std::fs::create_dir_all(out)
+        .and_then(|()| std::fs::write(out.join("rules.yaml"), rules))
+        .and_then(|()| std::fs::write(out.join("prometheusrule.yaml"), manifest));
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ragwatch: cannot write into {}: {e}", out.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `ragwatch review`'s subcommands.
@@ -260,6 +306,12 @@ fn main() -> ExitCode {
             pending,
             cluster_label,
             install_label,
+            out,
+            rule_labels,
+            disabled,
+            alert_for,
+            alert_thresholds,
+            list_thresholds,
         } => {
             let windows = ragwatch::rules::Windows {
                 short,
@@ -272,6 +324,27 @@ fn main() -> ExitCode {
                 cluster_label,
                 install_label,
             };
+            if list_thresholds {
+                for t in ragwatch::rules::thresholds() {
+                    println!("{} {}", t.key(), t.default);
+                }
+                return ExitCode::SUCCESS;
+            }
+            let tuning = ragwatch::rules::Tuning {
+                labels: rule_labels.into_iter().collect(),
+                disabled: disabled.into_iter().collect(),
+                pending: alert_for.into_iter().collect(),
+                thresholds: alert_thresholds.into_iter().collect(),
+            };
+            if let Some(out) = out {
+                return write_tuned(&out, &windows, &pooling, &tuning);
+            }
+            if !tuning.is_empty() {
+                eprintln!(
+                    "ragwatch: tuned rules are written with --out DIR; the repository's files stay as shipped"
+                );
+                return ExitCode::from(2);
+            }
             match ragwatch::rules::write(&root, &windows, &pooling, check) {
                 Ok(stale) if check && !stale.is_empty() => {
                     eprintln!(

@@ -2,6 +2,7 @@
 
 use super::pooling::Pooling;
 use super::template::fill;
+use super::tuning::{Threshold, replace_thresholds, thresholds_of};
 use super::window::Windows;
 use crate::dimensions::Quality;
 
@@ -159,8 +160,19 @@ fn stem(m: Quality) -> &'static str {
     h.strip_prefix("ragwatch_").unwrap_or(h)
 }
 
-/// The rules file with `windows`, pooled over `pooling`'s labels.
-pub(super) fn rules_yaml(windows: &Windows, pooling: &Pooling) -> String {
+/// The tunable thresholds of the rules, as shipped.
+pub(super) fn thresholds() -> Vec<Threshold> {
+    thresholds_of(TEMPLATE)
+}
+
+/// The rules file with `windows`, pooled over `pooling`'s labels, each tunable threshold written
+/// as `threshold` gives it.
+pub(super) fn rules_yaml(
+    windows: &Windows,
+    pooling: &Pooling,
+    threshold: impl Fn(&Threshold) -> String,
+) -> String {
+    let template = replace_thresholds(TEMPLATE, threshold);
     let mut vars = windows.vars();
     vars.extend(pooling.vars());
     let mut deltas = String::new();
@@ -241,7 +253,7 @@ pub(super) fn rules_yaml(windows: &Windows, pooling: &Pooling) -> String {
     ];
     // The blocks hold window placeholders of their own: fill them in a second pass.
     let with_blocks = fill(
-        TEMPLATE,
+        &template,
         &blocks
             .iter()
             .map(|(k, v)| (*k, v.trim_end_matches('\n').to_owned()))

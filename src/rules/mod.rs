@@ -15,6 +15,7 @@ mod manifest;
 mod pooling;
 mod runbook;
 mod template;
+mod tuning;
 mod unit_test;
 mod window;
 
@@ -24,6 +25,7 @@ use crate::dimensions::Quality;
 
 pub(crate) use alert::Alert;
 pub use pooling::Pooling;
+pub use tuning::{Threshold, Tuning, key_value};
 pub use window::Windows;
 
 /// A generated file: its path from the repository root and its text.
@@ -50,6 +52,9 @@ pub(crate) const ALERTMANAGER_PATH: &str = "deploy/alertmanager/alertmanager.yml
 /// Where the same route and inhibit rule are written as a Prometheus Operator AlertmanagerConfig.
 pub(crate) const ALERTMANAGER_CONFIG_PATH: &str =
     "deploy/kubernetes/components/monitoring/alertmanagerconfig.yaml";
+/// Where the Helm chart's copy of the rules is written: the rules file with every tunable
+/// threshold kept as a marker, which the chart's PrometheusRule template fills from its values.
+pub(crate) const CHART_RULES_PATH: &str = "deploy/helm/ragwatch/files/rules.yaml";
 /// Where the runbook is written.
 pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 
@@ -58,6 +63,10 @@ pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 pub fn generate(windows: &Windows, pooling: &Pooling) -> Vec<File> {
     let rules = rules_yaml(windows, pooling);
     vec![
+        File {
+            path: CHART_RULES_PATH,
+            text: alert::rules_yaml(windows, pooling, tuning::chart_marker),
+        },
         File {
             path: MANIFEST_PATH,
             text: manifest::prometheus_rule(&rules),
@@ -120,7 +129,28 @@ pub fn write(
 /// The rules file (`deploy/prometheus/rules.yaml` with [`Windows::SHIPPED`] and
 /// [`Pooling::shipped`]).
 pub fn rules_yaml(windows: &Windows, pooling: &Pooling) -> String {
-    alert::rules_yaml(windows, pooling)
+    alert::rules_yaml(windows, pooling, |t| t.default.clone())
+}
+
+/// The tunable thresholds, as shipped.
+pub fn thresholds() -> Vec<Threshold> {
+    alert::thresholds()
+}
+
+/// The rules file and its PrometheusRule with `tuning` applied, or why `tuning` names something
+/// that does not exist.
+pub fn tuned(
+    windows: &Windows,
+    pooling: &Pooling,
+    tuning: &Tuning,
+) -> Result<(String, String), String> {
+    let shipped = rules_yaml(windows, pooling);
+    tuning.validate(&shipped, &thresholds())?;
+    let rules = tuning.apply(&alert::rules_yaml(windows, pooling, |t| {
+        tuning.threshold(t)
+    }));
+    let manifest = manifest::prometheus_rule(&rules);
+    Ok((rules, manifest))
 }
 
 /// The Grafana dashboard's JSON with `windows` in its queries.

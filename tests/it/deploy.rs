@@ -1679,3 +1679,55 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     }
     assert!(!Path::new(&format!("{}.3", records.display())).exists());
 }
+
+/// The kustomize path to tuned rules, as docs/operations.md shows it: `ragwatch rules --out` into
+/// the user's overlay and the PrometheusRule it writes as a patch over the monitoring component's.
+/// The rendered PrometheusRule carries exactly the tuned groups.
+#[test]
+fn a_kustomize_overlay_patches_in_the_tuned_rules() {
+    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let start = doc
+        .find("```yaml\n# my-install/kustomization.yaml\n")
+        .expect("docs/operations.md shows the tuned overlay");
+    let block = &doc[start + "```yaml\n".len()..];
+    let kustomization = block[..block.find("```").unwrap()].replace("../deploy/", "{repo}/deploy/");
+    let dir = user_overlay(&[("kustomization.yaml", &kustomization)]);
+    let out = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+        .args(["rules", "--out"])
+        .arg(dir.path())
+        .args([
+            "--rule-label",
+            "team=rag",
+            "--disable-alert",
+            "RagwatchNoTraces",
+            "--alert-threshold",
+            "RagwatchConsumerLagGrowing.lag_messages=50000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = kustomize(dir.path());
+    let groups = |text: &str| -> Value {
+        let out = pipe(
+            Command::new("python3").arg("-c").arg(
+                "import json, sys, yaml\nd = [d for d in yaml.safe_load_all(sys.stdin) if d and d.get('kind', 'PrometheusRule') == 'PrometheusRule']\nd = d[0]\njson.dump(d['spec']['groups'] if 'spec' in d else d['groups'], sys.stdout)",
+            ),
+            text,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let tuned = groups(&std::fs::read_to_string(dir.path().join("rules.yaml")).unwrap());
+    assert_eq!(groups(&rendered), tuned);
+    assert!(!rendered.contains("alert: RagwatchNoTraces"));
+    assert!(rendered.contains("> 50000\n"));
+    check("tuned overlay", &rendered);
+}

@@ -681,3 +681,14 @@ fn the_slug_is_mdbooks() {
     assert_eq!(slug("Can I trust the judge?"), "can-i-trust-the-judge");
     assert_eq!(slug("[Link](x.md) text"), "link-text");
 }
+
+#[test]
+fn every_tunable_threshold_is_documented_with_its_shipped_value() {
+    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let thresholds = ragwatch::rules::thresholds();
+    assert!(!thresholds.is_empty());
+    for t in thresholds {
+        let row = format!("| `{}` | `{}` |", t.key(), t.default);
+        assert!(doc.contains(&row), "docs/operations.md lacks the row {row}");
+    }
+}

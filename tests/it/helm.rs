@@ -587,3 +587,79 @@ fn the_rollout_gates_are_the_components_pointed_at_the_release() {
         assert!(!expected.contains("{{"), "{expected}");
     }
 }
+
+/// The chart's rule tuning (ci/tuned-rules-values.yaml) gives exactly what `ragwatch rules --out`
+/// gives with the same tuning as flags, the per-alert labels aside (the chart's own knob); a name
+/// that does not exist fails the install and says which.
+#[test]
+fn the_charts_rule_tuning_is_the_generators() {
+    let (manifest, _) = render(
+        "ragwatch",
+        &["deploy/helm/ragwatch/ci/tuned-rules-values.yaml"],
+    )
+    .unwrap();
+    let rendered = objects(&manifest);
+    let rule = rendered
+        .iter()
+        .find(|o| o["kind"] == "PrometheusRule")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+        .args(["rules", "--out"])
+        .arg(dir.path())
+        .args([
+            "--rule-label",
+            "team=rag",
+            "--disable-alert",
+            "RagwatchNoTraces",
+            "--alert-for",
+            "RagwatchConsumerLagGrowing=30m",
+            "--alert-threshold",
+            "RagwatchConsumerLagGrowing.lag_messages=50000",
+            "--alert-threshold",
+            "RagwatchJudgeErrorsHigh.error_ratio=0.3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut expected = objects(&std::fs::read_to_string(dir.path().join("rules.yaml")).unwrap())
+        .pop()
+        .unwrap()["groups"]
+        .clone();
+    let mut errors_high = 0;
+    for group in expected.as_array_mut().unwrap() {
+        for r in group["rules"].as_array_mut().unwrap() {
+            if r["alert"] == "RagwatchJudgeErrorsHigh" {
+                r["labels"]["severity"] = json!("critical");
+                let expr = r["expr"].as_str().unwrap();
+                assert!(expr.contains(") > 0.3\n"), "{expr}");
+                errors_high += 1;
+            }
+        }
+    }
+    assert_eq!(errors_high, 1);
+    assert_eq!(rule["spec"]["groups"], expected);
+
+    for (values, says) in [
+        (
+            "prometheusRule: {enabled: true, disabled: {RagwatchNope: true}}\n",
+            "no alert RagwatchNope",
+        ),
+        (
+            "prometheusRule: {enabled: true, alerts: {RagwatchNoTraces: {thresholds: {lag: 1}}}}\n",
+            "RagwatchNoTraces has no threshold lag",
+        ),
+        (
+            "prometheusRule: {enabled: true, additionalRuleLabels: {severity: info}}\n",
+            "severity is each alert's own",
+        ),
+    ] {
+        let file = values_file(values);
+        let e = render("ragwatch", &[file.path().to_str().unwrap()]).unwrap_err();
+        assert!(e.contains(says), "{e}");
+    }
+}

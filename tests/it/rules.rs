@@ -215,3 +215,162 @@ fn ragwatch_rules_check_reports_a_hand_edit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("docs/runbook.md"));
 }
+
+/// `ragwatch rules --out DIR` with the tuning flags: the rules promtool checks, the alert's tuned
+/// threshold and pending duration decide when it fires (a promtool unit test on the tuned file),
+/// the extra label is on every alert and on no recording rule, a disabled alert is gone, and a
+/// name that does not exist is refused with the names that do.
+#[test]
+fn tuned_rules_fire_at_the_tuned_threshold_and_carry_the_tuned_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_ragwatch");
+    let out = dir.path().join("tuned");
+    let run = |extra: &[&str]| {
+        Command::new(bin)
+            .args(["rules", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let tuned = run(&[
+        "--rule-label",
+        "team=rag",
+        "--disable-alert",
+        "RagwatchNoTraces",
+        "--alert-for",
+        "RagwatchConsumerLagGrowing=30m",
+        "--alert-threshold",
+        "RagwatchConsumerLagGrowing.lag_messages=50000",
+    ]);
+    assert!(
+        tuned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tuned.stderr)
+    );
+    let rules = std::fs::read_to_string(out.join("rules.yaml")).unwrap();
+    let check = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(out.join("rules.yaml"))
+        .output()
+        .expect("promtool is installed by tests/run.sh");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let shipped = read("deploy/prometheus/rules.yaml");
+    let mut names = alert_names(&shipped);
+    names.retain(|n| n != "RagwatchNoTraces");
+    assert_eq!(alert_names(&rules), names);
+    // One team label in each alert's block, none elsewhere.
+    let mut in_alert = false;
+    let mut teams = 0;
+    for line in rules.lines() {
+        if line.starts_with("      - ") {
+            in_alert = line.starts_with("      - alert: ");
+        }
+        if line == "          team: \"rag\"" {
+            assert!(in_alert, "a recording rule got the alerts' label");
+            teams += 1;
+        }
+    }
+    assert_eq!(teams, names.len());
+    // The manifest carries the same groups.
+    let manifest = std::fs::read_to_string(out.join("prometheusrule.yaml")).unwrap();
+    let groups = &rules[rules.find("groups:").unwrap()..];
+    let indented: String = groups
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                "\n".to_owned()
+            } else {
+                format!("  {l}\n")
+            }
+        })
+        .collect();
+    assert!(manifest.ends_with(&indented));
+
+    // Lag 30000 and growing for an hour: the shipped rules fire at 15 minutes; the tuned ones
+    // (50000 messages) never, and at 60000 only after 30 minutes.
+    let test = |file: &Path, lag: u64, at: &str, fires: bool| {
+        let alerts = if fires {
+            "            - exp_labels: {severity: warning, metric: lag, namespace: rag, job: rw, topic: t, team: rag}\n              \
+             exp_annotations:\n                summary: ragwatch is falling behind topic t\n                \
+             description: Consumer lag is 60.4k messages and growing.\n                \
+             runbook_url: https://github.com/ragwatch/ragwatch/blob/main/docs/runbook.md#ragwatchconsumerlaggrowing\n"
+        } else {
+            ""
+        };
+        let exp = if fires {
+            format!("exp_alerts:\n{alerts}")
+        } else {
+            "exp_alerts: []".to_owned()
+        };
+        let text = format!(
+            "rule_files: [{}]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n      \
+             - series: 'ragwatch_kafka_consumer_lag_messages{{namespace=\"rag\",job=\"rw\",topic=\"t\",partition=\"0\"}}'\n        \
+             values: '{lag}+10x60'\n    alert_rule_test:\n      - eval_time: {at}\n        alertname: RagwatchConsumerLagGrowing\n        {exp}\n",
+            file.display()
+        );
+        let path = dir
+            .path()
+            .join(format!("t-{lag}-{at}-{}.yaml", rand::random::<u32>()));
+        std::fs::write(&path, text).unwrap();
+        Command::new("promtool")
+            .args(["test", "rules"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let ok = |o: std::process::Output| {
+        o.status.success().then_some(()).ok_or_else(|| {
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+        })
+    };
+    let shipped_file = root().join("deploy/prometheus/rules.yaml");
+    let tuned_file = out.join("rules.yaml");
+    // The shipped alert carries no team label: its expected labels differ, so it is checked by
+    // firing at all (a failed expectation lists what fired).
+    let fired = test(&shipped_file, 30000, "20m", false);
+    let said = String::from_utf8_lossy(&fired.stdout).into_owned()
+        + &String::from_utf8_lossy(&fired.stderr);
+    assert!(
+        said.contains("got:[\n            0:") && !fired.status.success(),
+        "the shipped rule fires at 30000"
+    );
+    ok(test(&tuned_file, 30000, "50m", false)).unwrap();
+    ok(test(&tuned_file, 60000, "20m", false)).unwrap();
+    ok(test(&tuned_file, 60000, "40m", true)).unwrap();
+
+    // Names that do not exist are refused, with what exists.
+    for (flag, value, names) in [
+        ("--disable-alert", "RagwatchNope", "RagwatchNoTraces"),
+        (
+            "--alert-threshold",
+            "RagwatchNoTraces.x=1",
+            "RagwatchConsumerLagGrowing.lag_messages",
+        ),
+        (
+            "--alert-for",
+            "RagwatchNoTraces=soon",
+            "Prometheus duration",
+        ),
+    ] {
+        let refused = run(&[flag, value]);
+        assert_eq!(refused.status.code(), Some(2), "{flag} {value}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(names),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+    // Without --out, tuning never touches the repository's files.
+    let refused = Command::new(bin)
+        .args(["rules", "--root"])
+        .arg(dir.path())
+        .args(["--rule-label", "team=rag"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
