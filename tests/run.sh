@@ -20,6 +20,10 @@ command -v prometheus-alertmanager >/dev/null || need_apt+=(prometheus-alertmana
 command -v python3 >/dev/null || need_apt+=(python3)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+# The container image test (tests/it/image.rs): mmdebstrap bootstraps its Debian base, buildah
+# builds deploy/Dockerfile on it and runs the image, without a daemon.
+command -v buildah >/dev/null || need_apt+=(buildah)
+command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -7,6 +7,7 @@
 //! are plain text or JSON when stderr is not a terminal; and the Grafana dashboard is well formed,
 //! and every one of its queries returns data from a real Prometheus scraping ragwatch.
 
+use crate::common::dockerfile::{Dockerfile, Stage};
 use crate::common::manifests;
 use crate::common::prometheus;
 
@@ -782,72 +783,8 @@ fn the_config_shipped_to_the_cluster_is_accepted_by_ragwatch() {
 
 // ------------------------------------------------------------------------------------------ image
 
-/// One Dockerfile instruction: the keyword and the rest, continuation lines joined.
-fn instructions(dockerfile: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in dockerfile.lines() {
-        let line = line.trim();
-        if current.is_empty() && (line.is_empty() || line.starts_with('#')) {
-            continue;
-        }
-        if let Some(head) = line.strip_suffix('\\') {
-            current.push_str(head);
-            current.push(' ');
-            continue;
-        }
-        current.push_str(line);
-        let (keyword, rest) = current.split_once(' ').unwrap_or((&current, ""));
-        out.push((keyword.to_ascii_uppercase(), rest.trim().to_owned()));
-        current.clear();
-    }
-    out
-}
-
-/// A COPY: `--from` stage (None for the build context), sources, destination.
-struct Copy {
-    from: Option<String>,
-    sources: Vec<String>,
-    dest: String,
-}
-
-/// The Dockerfile's stages, in order: (base image, instructions).
-fn stages() -> Vec<(String, Vec<(String, String)>)> {
-    let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
-    let mut stages: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    for (keyword, rest) in instructions(&text) {
-        if keyword == "FROM" {
-            stages.push((rest, Vec::new()));
-        } else {
-            stages.last_mut().unwrap().1.push((keyword, rest));
-        }
-    }
-    stages
-}
-
-fn copies(stage: &[(String, String)]) -> Vec<Copy> {
-    stage
-        .iter()
-        .filter(|(k, _)| k == "COPY")
-        .map(|(_, rest)| {
-            let mut words: Vec<&str> = rest.split_whitespace().collect();
-            let dest = words.pop().unwrap().to_owned();
-            let from = words
-                .iter()
-                .find_map(|w| w.strip_prefix("--from="))
-                .map(str::to_owned);
-            let sources = words
-                .iter()
-                .filter(|w| !w.starts_with("--"))
-                .map(|w| w.to_string())
-                .collect();
-            Copy {
-                from,
-                sources,
-                dest,
-            }
-        })
-        .collect()
+fn dockerfile() -> Dockerfile {
+    Dockerfile::read(&root().join("deploy/Dockerfile"))
 }
 
 /// What `.dockerignore` lets into the build context: it excludes everything (`*`) and lets paths
@@ -870,36 +807,45 @@ fn context_allows(path: &str) -> bool {
         })
 }
 
-/// The build context holds what the build stage copies, and nothing big: not target/ nor .git.
+/// The build context holds what the stages copy from it, and nothing big: not target/ nor .git.
+/// The one file of target/ let in is the binary the `prebuilt` stage copies, there once a release
+/// build made it.
 #[test]
 fn the_build_context_holds_what_the_build_copies_and_no_more() {
-    let stages = stages();
-    let context: Vec<String> = stages
+    let dockerfile = dockerfile();
+    let context: Vec<String> = dockerfile
+        .stages
         .iter()
-        .flat_map(|(_, s)| copies(s))
+        .flat_map(Stage::copies)
         .filter(|c| c.from.is_none())
         .flat_map(|c| c.sources)
         .collect();
     assert!(context.iter().any(|s| s == "src"), "{context:?}");
     for source in &context {
-        assert!(root().join(source).exists(), "COPY {source}: no such path");
+        if source.starts_with("target/") {
+            assert_eq!(source, "target/release/ragwatch", "a build output");
+        } else {
+            assert!(root().join(source).exists(), "COPY {source}: no such path");
+        }
         assert!(
             context_allows(source),
             ".dockerignore keeps {source} out of the context"
         );
     }
-    for big in ["target", ".git", "fuzz/corpus", "tests"] {
+    for big in ["target", "target/debug", ".git", "fuzz/corpus", "tests"] {
         assert!(!context_allows(big), ".dockerignore lets {big} in");
     }
 }
 
 /// The image builds from what the Dockerfile copies: every file the crate embeds at compile time
-/// (`include_str!`, `include_bytes!`) lies under a path copied from the context.
+/// (`include_str!`, `include_bytes!`) lies under a path the build stage copies from the context.
 #[test]
 fn the_dockerfile_copies_every_file_the_build_embeds() {
-    let copied: Vec<String> = stages()
-        .iter()
-        .flat_map(|(_, s)| copies(s))
+    let dockerfile = dockerfile();
+    let copied: Vec<String> = dockerfile
+        .stage("build")
+        .copies()
+        .into_iter()
         .filter(|c| c.from.is_none())
         .flat_map(|c| c.sources)
         .collect();
@@ -944,36 +890,56 @@ fn the_dockerfile_copies_every_file_the_build_embeds() {
     }
 }
 
-/// The JSON array of an exec-form instruction (`CMD ["run", ...]`).
-fn exec_form(stage: &[(String, String)], keyword: &str) -> Vec<String> {
-    let (_, rest) = stage.iter().rev().find(|(k, _)| k == keyword).unwrap();
-    serde_json::from_str(rest).unwrap_or_else(|e| panic!("{keyword} is not exec form: {e}"))
+/// Without build arguments the Dockerfile builds what it always built: the binary from source, on
+/// distroless cc. `BINARY_STAGE` names a stage that provides the binary (`build` or `prebuilt`),
+/// `RUNTIME_BASE` the runtime's base.
+#[test]
+fn the_default_build_compiles_from_source_onto_distroless() {
+    let dockerfile = dockerfile();
+    assert_eq!(
+        dockerfile.args.get("RUNTIME_BASE").map(String::as_str),
+        Some("gcr.io/distroless/cc-debian12:nonroot")
+    );
+    assert_eq!(
+        dockerfile.args.get("BINARY_STAGE").map(String::as_str),
+        Some("build")
+    );
+    assert_eq!(dockerfile.runtime().from, "${RUNTIME_BASE}");
+    assert_eq!(dockerfile.stage("binary").from, "${BINARY_STAGE}");
+    assert!(dockerfile.stage("binary").instructions.is_empty());
+    assert!(
+        dockerfile.stage("build").base.starts_with("rust:"),
+        "{}",
+        dockerfile.stage("build").base
+    );
+    assert_eq!(dockerfile.stage("prebuilt").base, "scratch");
 }
 
 /// The image's default command works: the binary, the config it names and every file that config
-/// names are copied into the runtime image, at absolute paths (no working directory to rely on).
-/// Checked without a Docker engine, from the Dockerfile itself.
+/// names are copied into the runtime image, at absolute paths (no working directory to rely on),
+/// and the binary comes from either binary stage. Checked without a container engine, from the
+/// Dockerfile itself.
 #[test]
 fn every_path_the_default_command_and_config_name_is_in_the_image() {
-    let stages = stages();
-    let (runtime_base, runtime) = stages.last().unwrap();
-    let (_, build) = &stages[0];
+    let dockerfile = dockerfile();
+    let runtime = dockerfile.runtime();
     assert!(
-        runtime_base.starts_with("gcr.io/distroless/cc-debian12:nonroot"),
-        "{runtime_base}"
+        runtime
+            .base
+            .starts_with("gcr.io/distroless/cc-debian12:nonroot"),
+        "{}",
+        runtime.base
     );
-    let image_files: Vec<String> = copies(runtime)
-        .into_iter()
-        .map(|c| {
-            assert_eq!(c.sources.len(), 1, "one file per runtime COPY");
-            c.dest
-        })
-        .collect();
-    let in_image = |path: &str| image_files.iter().any(|f| f == path);
+    let copies = runtime.copies();
+    for c in &copies {
+        assert_eq!(c.sources.len(), 1, "one file per runtime COPY");
+    }
+    let in_image = |path: &str| copies.iter().any(|c| c.dest == path);
 
-    let command: Vec<String> = exec_form(runtime, "ENTRYPOINT")
+    let command: Vec<String> = runtime
+        .exec_form("ENTRYPOINT")
         .into_iter()
-        .chain(exec_form(runtime, "CMD"))
+        .chain(runtime.exec_form("CMD"))
         .collect();
     for arg in command.iter().filter(|a| a.starts_with('/')) {
         assert!(in_image(arg), "{arg} (default command) is not copied");
@@ -981,40 +947,44 @@ fn every_path_the_default_command_and_config_name_is_in_the_image() {
     let config_at = command.iter().position(|a| a == "--config").unwrap() + 1;
     let config_in_image = &command[config_at];
 
-    // The image's config is config/ragwatch.toml with one line rewritten by sed in the build stage:
-    // apply the same substitution here.
-    let sed = build
-        .iter()
-        .find(|(k, r)| k == "RUN" && r.contains("config/ragwatch.toml"))
-        .map(|(_, r)| r.clone())
-        .expect("the build stage writes the image's config");
-    let expr = sed.split('\'').nth(1).unwrap();
-    let parts: Vec<&str> = expr.split('|').collect();
-    assert_eq!(parts[0], "s", "{expr}");
-    let (from, to) = (
-        parts[1].trim_start_matches('^').trim_end_matches('$'),
-        parts[2],
+    // The image's config, copied from the context, is config/ragwatch.toml but for one line: the
+    // sample traces' path, which names the file's place in the image.
+    let copied_config = copies.iter().find(|c| &c.dest == config_in_image).unwrap();
+    assert_eq!(
+        copied_config.from, None,
+        "the config comes from the context"
     );
+    let image_config_file = &copied_config.sources[0];
+    assert!(context_allows(image_config_file), "{image_config_file}");
+    let config = std::fs::read_to_string(root().join(image_config_file)).unwrap();
     let original = std::fs::read_to_string(root().join("config/ragwatch.toml")).unwrap();
+    let rewrite = "sed 's|^path = \"config/sample-traces.jsonl\"$|path = \"/usr/share/ragwatch/sample-traces.jsonl\"|' config/ragwatch.toml > deploy/image/ragwatch.toml";
     assert_eq!(
-        original.lines().filter(|l| *l == from).count(),
-        1,
-        "config/ragwatch.toml no longer has the line the Dockerfile rewrites: {from}"
+        config.lines().count(),
+        original.lines().count(),
+        "{image_config_file} is not config/ragwatch.toml but for one line: {rewrite}"
     );
-    let config: String = original
+    let differ: Vec<(&str, &str)> = original
         .lines()
-        .map(|l| if l == from { to } else { l })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let config_out = sed.rsplit('>').next().unwrap().split_whitespace().next();
-    let copied_config = copies(runtime)
-        .into_iter()
-        .find(|c| &c.dest == config_in_image)
-        .unwrap();
+        .zip(config.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
     assert_eq!(
-        Some(copied_config.sources[0].as_str()),
-        config_out,
-        "{config_in_image} is the config the build stage writes"
+        differ.len(),
+        1,
+        "{image_config_file} is not config/ragwatch.toml but for one line: {rewrite}: {differ:?}"
+    );
+    let (from, to) = differ[0];
+    let value = |line: &str| -> String {
+        let (key, value) = line.split_once(" = ").unwrap();
+        assert_eq!(key, "path", "{line}");
+        value.trim_matches('"').to_owned()
+    };
+    let sample = copies.iter().find(|c| c.dest == value(to)).unwrap();
+    assert_eq!(
+        (sample.from.as_deref(), sample.sources[0].clone()),
+        (None, value(from)),
+        "the image's sample traces are the repository's"
     );
 
     // Every path-like value in that config is absolute and copied into the image.
@@ -1050,27 +1020,30 @@ fn every_path_the_default_command_and_config_name_is_in_the_image() {
         );
     }
 
-    // Every runtime COPY from the build stage copies something the build stage has: a file of the
-    // context under the working directory, or an output of a RUN.
-    let workdir = build
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "WORKDIR")
-        .map(|(_, r)| r.clone())
-        .unwrap();
-    for c in copies(runtime).into_iter().filter(|c| c.from.is_some()) {
+    // Every runtime COPY from the context copies a file of the repository the context lets in;
+    // every runtime COPY from the binary stage copies something each stage BINARY_STAGE may name
+    // provides: an output of a RUN, or the destination of a COPY.
+    for c in &copies {
         let source = &c.sources[0];
-        match source.strip_prefix(&format!("{workdir}/")) {
-            Some(relative) => {
-                assert!(root().join(relative).is_file(), "{source}");
-                assert!(context_allows(relative), "{source} is not in the context");
+        match c.from.as_deref() {
+            None => {
+                assert!(root().join(source).is_file(), "{source}");
+                assert!(context_allows(source), "{source} is not in the context");
             }
-            None => assert!(
-                build
-                    .iter()
-                    .any(|(k, r)| k == "RUN" && r.contains(source.as_str())),
-                "no RUN in the build stage writes {source}"
-            ),
+            Some(from) => {
+                assert_eq!(from, "binary", "{source}");
+                for provider in ["build", "prebuilt"] {
+                    let stage = dockerfile.stage(provider);
+                    assert!(
+                        stage
+                            .instructions
+                            .iter()
+                            .any(|(k, r)| k == "RUN" && r.contains(source.as_str()))
+                            || stage.copies().iter().any(|c| &c.dest == source),
+                        "the {provider} stage does not provide {source}"
+                    );
+                }
+            }
         }
     }
 }
@@ -1079,15 +1052,15 @@ fn every_path_the_default_command_and_config_name_is_in_the_image() {
 /// (librdkafka builds with its own configure script), cargo's caches as BuildKit cache mounts.
 #[test]
 fn the_image_runs_as_a_numeric_non_root_user_and_builds_lean() {
-    let stages = stages();
-    let (_, runtime) = stages.last().unwrap();
-    let (_, user) = runtime.iter().rev().find(|(k, _)| k == "USER").unwrap();
+    let dockerfile = dockerfile();
+    let user = dockerfile.runtime().last("USER").unwrap();
     let uid: u32 = user.split(':').next().unwrap().parse().unwrap();
     assert_ne!(uid, 0);
     let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
-    let runs: Vec<&String> = stages
+    let runs: Vec<&String> = dockerfile
+        .stages
         .iter()
-        .flat_map(|(_, s)| s.iter())
+        .flat_map(|s| s.instructions.iter())
         .filter(|(k, _)| k == "RUN")
         .map(|(_, r)| r)
         .collect();

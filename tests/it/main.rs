@@ -7,7 +7,7 @@
 //! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
 //! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
 //! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
-//! | `deploy` | kubernetes-validate, kubectl, helm-sdkpy; with `prometheus` | deploy, helm |
+//! | `deploy` | buildah and mmdebstrap (Debian), root; with `prometheus`: kubernetes-validate, kubectl, helm-sdkpy | image; with `prometheus`: deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
 //! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain |
 //!
@@ -75,6 +75,8 @@ mod otlp;
 mod deploy;
 #[cfg(all(feature = "deploy", feature = "prometheus"))]
 mod helm;
+#[cfg(feature = "deploy")]
+mod image;
 
 #[cfg(all(feature = "model", feature = "prometheus"))]
 mod real_model;
@@ -120,7 +122,7 @@ tier_not_built!(
 tier_not_built!(
     "deploy",
     tier_deploy_not_built,
-    "needs kubernetes-validate, kubectl and helm-sdkpy: cargo test --features deploy"
+    "needs buildah, mmdebstrap, kubernetes-validate, kubectl and helm-sdkpy: cargo test --features deploy"
 );
 tier_not_built!(
     "model",

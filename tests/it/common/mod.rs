@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod biased_judge;
+pub mod dockerfile;
 pub mod label_judge;
 pub mod manifests;
 pub mod openai;
