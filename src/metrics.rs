@@ -146,7 +146,8 @@ pub struct Metrics {
     pub(crate) fleet_peer_lookups: IntCounterVec,
     /// Replicas the share is computed from (`fleet.membership` peers or replicas).
     pub(crate) fleet_peers: IntGauge,
-    /// Share of canary traces on which the judge agrees with the label, at the last canary run.
+    /// Share of canary traces on which the judge agrees with the label, at the last canary run;
+    /// NaN before the first.
     pub(crate) canary_agreement: Gauge,
     /// Sampled traces waiting for a judge.
     pub(crate) judge_queue_depth: IntGauge,
@@ -595,7 +596,7 @@ impl Metrics {
                 &r,
                 Gauge::new(
                     "ragwatch_judge_canary_agreement_ratio",
-                    "Share of canary traces on which the LLM judge agrees with their label, at the last run.",
+                    "Share of canary traces on which the LLM judge agrees with their label, at the last run (NaN before the first).",
                 ),
             ),
             judge_queue_depth: single(
@@ -786,6 +787,9 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot register the process metrics");
         }
         m.budget_share.set(1.0);
+        // No canary run yet (or no canaries): NaN, which no comparison in a rule takes for a low
+        // agreement.
+        m.canary_agreement.set(f64::NAN);
         m.start_series(strata);
         m
     }

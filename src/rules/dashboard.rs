@@ -1,6 +1,7 @@
-//! The Grafana dashboard: the template's panels, and in the per-stratum row one panel per metric
+//! The Grafana dashboard: the template's panels, in the per-stratum row one panel per metric
 //! (each judge's mean, the combined estimate, the floors, the 10th percentile with exemplars, and
-//! a link to the runbook section of each of the metric's alerts).
+//! a link to the runbook section of each of the metric's alerts), and in the last row a heatmap
+//! per metric of its score histogram.
 
 use serde_json::{Value, json};
 
@@ -19,12 +20,22 @@ const WIDTH: u64 = 8;
 const HEIGHT: u64 = 8;
 /// The first metric panel's id: above every id the template uses.
 const FIRST_ID: u64 = 100;
+/// Where the score heatmaps start, in the template's coordinates: the line below its "Score
+/// distributions" row (they move down with the rest by the metric panels' height).
+const HEATMAP_TOP: u64 = 184;
+/// The first heatmap's id: above the metric panels'.
+const FIRST_HEATMAP_ID: u64 = 150;
 
 /// The dashboard's JSON with `windows` in its queries, selecting installs by `pooling`'s labels.
 pub(super) fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
     let per_line = 24 / WIDTH;
     let lines = (Quality::COUNT as u64).div_ceil(per_line);
     let height = lines * HEIGHT;
+    let indented = |panel: &Value| -> String {
+        let text = serde_json::to_string_pretty(panel).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(|l| format!("    {l}")).collect();
+        lines.join("\n")
+    };
     let panels: Vec<String> = Quality::ALL
         .into_iter()
         .enumerate()
@@ -36,9 +47,20 @@ pub(super) fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
                 (i % per_line) * WIDTH,
                 TOP + (i / per_line) * HEIGHT,
             );
-            let text = serde_json::to_string_pretty(&panel).unwrap_or_default();
-            let indented: Vec<String> = text.lines().map(|l| format!("    {l}")).collect();
-            format!("{},", indented.join("\n"))
+            format!("{},", indented(&panel))
+        })
+        .collect();
+    let heatmaps: Vec<String> = Quality::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let i = i as u64;
+            indented(&heatmap(
+                m,
+                FIRST_HEATMAP_ID + i,
+                (i % per_line) * WIDTH,
+                HEATMAP_TOP + height + (i / per_line) * HEIGHT,
+            ))
         })
         .collect();
     let mut vars: Vec<(String, String)> = windows
@@ -52,6 +74,7 @@ pub(super) fn dashboard_json(windows: &Windows, pooling: &Pooling) -> String {
         crate::window::window_label(windows.short.as_secs()),
     ));
     vars.push(("metric_panels".to_owned(), panels.join("\n")));
+    vars.push(("score_heatmaps".to_owned(), heatmaps.join(",\n")));
     // Panels below the metric panels move down by their height: `@@y:N@@` is N plus that height.
     let mut rest = TEMPLATE;
     while let Some(i) = rest.find("@@y:") {
@@ -81,6 +104,49 @@ fn target(expr: String, legend: &str, ref_id: &str) -> Value {
         "legendFormat": legend,
         "refId": ref_id,
         "range": true
+    })
+}
+
+/// One metric's heatmap: its score histogram's buckets over time, for the judge the `judge`
+/// variable picks, pooled across the selected replicas and strata.
+fn heatmap(m: Quality, id: u64, x: u64, y: u64) -> Value {
+    let histogram = m.spec().histogram;
+    json!({
+        "type": "heatmap",
+        "id": id,
+        "title": format!("{} scores: $judge judge", title(m)),
+        "description": format!(
+            "How the chosen judge's {words} scores spread over time: the score histogram's buckets ({histogram}_bucket), as scores per second per bucket, pooled across the selected replicas and strata. A mean can hold while the scores split into a good and a bad group; a band that darkens low is where to read verdicts (the exemplars on the by-judge panel name traces). The judge variable picks the judge: the judges do not share a scale.",
+            words = words(m),
+        ),
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"x": x, "y": y, "w": WIDTH, "h": HEIGHT},
+        "fieldConfig": {
+            "defaults": {
+                "unit": "suffix: scores/s",
+                "custom": {"scaleDistribution": {"type": "linear"}}
+            },
+            "overrides": []
+        },
+        "options": {
+            "calculate": false,
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "exponent": 0.5, "reverse": false},
+            "yAxis": {"axisPlacement": "left", "unit": "percentunit"},
+            "rowsFrame": {"layout": "le"},
+            "tooltip": {"show": true, "yHistogram": true},
+            "legend": {"show": true}
+        },
+        "targets": [{
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "expr": format!(
+                "sum by (le) (rate({histogram}_bucket{{@@cluster@@=~\"$cluster\", namespace=~\"$namespace\", @@install@@=~\"$install\", pod=~\"$pod\", stratum=~\"$stratum\", judge=\"$judge\"}}[$__rate_interval]))"
+            ),
+            "format": "heatmap",
+            "legendFormat": "{{le}}",
+            "refId": "A",
+            "range": true
+        }]
     })
 }
 

@@ -3,8 +3,8 @@
 //! and stays quiet where it must: too few samples, a wide interval, a healthy stratum, and an
 //! out-of-scope stratum for the metrics that leave those out; the variant comparison's tests,
 //! whose input series are written out here from each arm's sums; and the tests of the
-//! `ragwatch.changes` and `ragwatch.review` groups (`templates/tests/changes.yaml`, `review.yaml`, as
-//! written).
+//! `ragwatch.changes` and `ragwatch.review` groups and of ragwatch's own operations
+//! (`templates/tests/changes.yaml`, `review.yaml`, `operations.yaml`, as written).
 
 use super::alert::{Alert, AlertKind, RUNBOOK_URL, title, words};
 use super::template::fill;
@@ -18,6 +18,7 @@ const COMPARISON: &str = include_str!("templates/tests/comparison.yaml");
 const CHANGES: &str = include_str!("templates/tests/changes.yaml");
 const REVIEW: &str = include_str!("templates/tests/review.yaml");
 const FEEDBACK: &str = include_str!("templates/tests/feedback.yaml");
+const OPERATIONS: &str = include_str!("templates/tests/operations.yaml");
 
 /// `deploy/prometheus/rules_test.yaml`.
 pub(super) fn rule_tests() -> String {
@@ -34,6 +35,7 @@ pub(super) fn rule_tests() -> String {
             ("changes_tests", CHANGES.to_owned()),
             ("review_tests", REVIEW.to_owned()),
             ("feedback_tests", FEEDBACK.to_owned()),
+            ("operations_tests", OPERATIONS.to_owned()),
         ],
     )
 }

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use crate::common::{Ragwatch, wait_for};
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -44,7 +44,7 @@ fn markdown() -> Vec<PathBuf> {
 }
 
 /// The lines of a Markdown text outside fenced code blocks, with their 1-based numbers.
-fn prose(text: &str) -> Vec<(usize, &str)> {
+pub(crate) fn prose(text: &str) -> Vec<(usize, &str)> {
     let mut fenced = false;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -510,7 +510,7 @@ fn declared_families() -> BTreeSet<String> {
 }
 
 /// The families documented in docs/metrics.md's tables (`ragwatch_*` and `process_*`), with their type.
-fn documented_families() -> BTreeMap<String, String> {
+pub(crate) fn documented_families() -> BTreeMap<String, String> {
     let page = read(&root().join("docs/metrics.md"));
     let mut out = BTreeMap::new();
     for (n, line) in prose(&page) {

@@ -2,7 +2,7 @@
 //!
 //! | tier (Cargo feature) | needs | suites |
 //! |---|---|---|
-//! | (none) | a Rust toolchain | docs, layering, fuzz corpus, build prerequisites, the gate |
+//! | (none) | a Rust toolchain | docs, coverage (every family on an alert, a panel or the debugging list), layering, fuzz corpus, build prerequisites, the gate |
 //! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), hostile input, installs and clusters, redaction, rollout gates, rules, variants, the write listener |
 //! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
 //! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
@@ -20,6 +20,7 @@
 
 mod common;
 
+mod coverage;
 mod docs;
 mod fuzz_corpus;
 mod gate;
