@@ -80,20 +80,27 @@ pub const CHART_COPIES: [(&str, &str); 6] = [
 ];
 
 /// The chart's copies ([`CHART_COPIES`]), each with its source's text: a generated source's from
-/// `generated`, a hand-written one's as it is on disk under `root`.
+/// `generated`, a hand-written one's as it is on disk under `root` (none for a source `root` does
+/// not hold: a root with only the generated files gets only their copies).
 pub fn chart_copies(root: &Path, generated: &[File]) -> std::io::Result<Vec<File>> {
-    CHART_COPIES
-        .iter()
-        .map(|&(path, source)| {
-            let text = match generated.iter().find(|f| f.path == source) {
-                Some(f) => f.text.clone(),
-                None => std::fs::read_to_string(root.join(source)).map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("cannot read {source}: {e}"))
-                })?,
-            };
-            Ok(File { path, text })
-        })
-        .collect()
+    let mut copies = Vec::new();
+    for &(path, source) in &CHART_COPIES {
+        let text = match generated.iter().find(|f| f.path == source) {
+            Some(f) => f.text.clone(),
+            None => match std::fs::read_to_string(root.join(source)) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot read {source}: {e}"),
+                    ));
+                }
+            },
+        };
+        copies.push(File { path, text });
+    }
+    Ok(copies)
 }
 
 /// Every generated file, with `windows` in the rules and the dashboard's queries, pooling each

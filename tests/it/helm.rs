@@ -974,6 +974,57 @@ fn the_chart_is_self_contained() {
     );
 }
 
+/// `ragwatch rules` keeps the chart's copies: a copy that differs from its source, or a link in
+/// its place, fails `--check` by name; writing replaces the link with a file and leaves the link's
+/// target as it was.
+#[test]
+fn ragwatch_rules_writes_the_chart_copies_and_replaces_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .arg("rules")
+            .arg("--root")
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&[]).status.success());
+    let source = dir.path().join("deploy/kubernetes/base/ragwatch.toml");
+    let copy = dir.path().join("deploy/helm/ragwatch/files/ragwatch.toml");
+    std::fs::create_dir_all(source.parent().unwrap()).unwrap();
+    std::fs::write(&source, "[source]\nkind = \"kafka\"\n").unwrap();
+    let out = run(&["--check"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deploy/helm/ragwatch/files/ragwatch.toml"),
+        "{out:?}"
+    );
+    // A link to the source reads the same text, and still fails the check.
+    std::os::unix::fs::symlink(&source, &copy).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        std::fs::read_to_string(&source).unwrap()
+    );
+    assert!(!run(&["--check"]).status.success());
+    assert!(run(&[]).status.success());
+    assert!(run(&["--check"]).status.success());
+    assert!(!copy.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        "[source]\nkind = \"kafka\"\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&source).unwrap(),
+        "[source]\nkind = \"kafka\"\n"
+    );
+    let rules = dir.path().join("deploy/helm/ragwatch/files/rules.yaml");
+    assert_eq!(
+        std::fs::read_to_string(rules).unwrap(),
+        std::fs::read_to_string(dir.path().join("deploy/prometheus/rules.yaml")).unwrap()
+    );
+}
+
 /// docs/deployment.md's values table is the one values.yaml's `# --` comments give: every key,
 /// its default and its description (tests/helm_chart.py values-table prints it).
 #[test]
