@@ -140,6 +140,11 @@ fn the_chart_lints_with_every_values_file() {
         "config: {toml: \"[source]\", existingConfigMap: mine}\n",
         "servicemonitor: {enabled: true}\n",
         "rolloutGates: {argo: {enabled: true}, flagger: {enabled: false}, variant: Canary}\n",
+        "image: {repository: r, digest: latest}\n",
+        "networkPolicy: {enabled: true, writer: []}\n",
+        "networkPolicy: {kafka: {ports: [], to: []}}\n",
+        "serviceMonitor: {enabled: true, scrapeTimeout: soon}\n",
+        "serviceAccount: {create: true, automount: true}\n",
     ] {
         let f = values_file(bad);
         let r = helm_chart(&["lint", chart.to_str().unwrap(), f.path().to_str().unwrap()]);
