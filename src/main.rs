@@ -45,7 +45,8 @@ enum Command {
         date: String,
     },
     /// Write the Prometheus rules, their unit tests, the PrometheusRule, the Grafana dashboard and
-    /// the runbook from the metric list (run from the repository root after changing a metric).
+    /// the runbook from the metric list, and the Helm chart's copies of deploy/'s files (run from
+    /// the repository root after changing a metric or a copied file).
     Rules {
         /// The repository root to write into.
         #[arg(long, default_value = ".")]

@@ -6,6 +6,12 @@
       no values, so each values file is merged into a copy of the chart's values.yaml (a null deletes
       the key, as with `helm -f`). Severities: 1 info, 2 warning, 3 error.
 
+  helm_chart.py values-table CHART
+      Prints the Markdown table of the chart's values (key | default | description) from values.yaml's
+      helm-docs comments (`# -- ...` above a key, continued by the `#` lines below it): one row per key
+      that has such a comment, or that holds no map of its own; a documented map is one row (its whole
+      default), and so is a list. docs/deployment.md carries it, and tests/it/helm.rs holds the two equal.
+
   helm_chart.py render CHART RELEASE NAMESPACE [VALUES.yaml...]
       Installs the chart with Helm's install action (the values files merged in order, as with
       `helm install -f a -f b`) and prints {"manifest": ..., "notes": ...} or {"error": ...}. The
@@ -29,7 +35,8 @@ import helm_sdkpy
 import yaml
 
 RESOURCES = {
-    "v1": [("configmaps", "ConfigMap"), ("services", "Service"), ("secrets", "Secret")],
+    "v1": [("configmaps", "ConfigMap"), ("services", "Service"), ("secrets", "Secret"),
+           ("serviceaccounts", "ServiceAccount")],
     "apps/v1": [("deployments", "Deployment")],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget")],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy")],
@@ -153,10 +160,53 @@ def render(chart, release, namespace, values_files):
     print(json.dumps({"manifest": result["manifest"], "notes": result["info"].get("notes", "")}))
 
 
+def values_table(chart):
+    text = (pathlib.Path(chart) / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    rows, stack, comment, skip_below = [], [], [], None
+    for line in text.splitlines():
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if skip_below is not None:
+            if not stripped or indent > skip_below:
+                continue
+            skip_below = None
+        if stripped.startswith("#"):
+            comment.append(stripped)
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_]+):.*", stripped)
+        if not m:
+            comment = []
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = [k for _, k in stack] + [m.group(1)]
+        doc = []
+        for i, c in enumerate(comment):
+            if c.startswith("# --"):
+                doc = [c[4:].strip()] + [x.lstrip("#").strip() for x in comment[i + 1:]]
+                break
+        comment = []
+        value = values
+        for k in path:
+            value = value[k]
+        if doc or not isinstance(value, dict) or not value:
+            default = json.dumps(value, separators=(", ", ": "))
+            description = " ".join(doc).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            rows.append(f"| `{'.'.join(path)}` | `{default}` | {description} |")
+            skip_below = indent
+        else:
+            stack.append((indent, m.group(1)))
+    print("| key | default | description |\n|---|---|---|")
+    print("\n".join(rows))
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "lint":
         lint(args[0], args[1:])
+    elif command == "values-table":
+        values_table(args[0])
     elif command == "render":
         render(args[0], args[1], args[2], args[3:])
     else:

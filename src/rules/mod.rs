@@ -58,6 +58,55 @@ pub(crate) const CHART_RULES_PATH: &str = "deploy/helm/ragwatch/files/rules.yaml
 /// Where the runbook is written.
 pub(crate) const RUNBOOK_PATH: &str = "docs/runbook.md";
 
+/// The Helm chart's copies of files deploy/ ships, as (copy, source): the chart folder is packaged
+/// and installed alone, so it holds real files rather than links out of it.
+pub const CHART_COPIES: [(&str, &str); 5] = [
+    (
+        "deploy/helm/ragwatch/files/ragwatch-dashboard.json",
+        DASHBOARD_PATH,
+    ),
+    (
+        "deploy/helm/ragwatch/files/alertmanagerconfig.yaml",
+        ALERTMANAGER_CONFIG_PATH,
+    ),
+    (
+        "deploy/helm/ragwatch/files/ragwatch.toml",
+        "deploy/kubernetes/base/ragwatch.toml",
+    ),
+    (
+        "deploy/helm/ragwatch/files/analysistemplate.yaml",
+        "deploy/kubernetes/components/rollout-gates/argo/analysistemplate.yaml",
+    ),
+    (
+        "deploy/helm/ragwatch/files/metrictemplate.yaml",
+        "deploy/kubernetes/components/rollout-gates/flagger/metrictemplate.yaml",
+    ),
+];
+
+/// The chart's copies ([`CHART_COPIES`]), each with its source's text: a generated source's from
+/// `generated`, a hand-written one's as it is on disk under `root` (none for a source `root` does
+/// not hold: a root with only the generated files gets only their copies).
+pub fn chart_copies(root: &Path, generated: &[File]) -> std::io::Result<Vec<File>> {
+    let mut copies = Vec::new();
+    for &(path, source) in &CHART_COPIES {
+        let text = match generated.iter().find(|f| f.path == source) {
+            Some(f) => f.text.clone(),
+            None => match std::fs::read_to_string(root.join(source)) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot read {source}: {e}"),
+                    ));
+                }
+            },
+        };
+        copies.push(File { path, text });
+    }
+    Ok(copies)
+}
+
 /// Every generated file, with `windows` in the rules and the dashboard's queries, pooling each
 /// install apart by `pooling`'s labels.
 pub fn generate(windows: &Windows, pooling: &Pooling) -> Vec<File> {
@@ -98,8 +147,9 @@ pub fn generate(windows: &Windows, pooling: &Pooling) -> Vec<File> {
     ]
 }
 
-/// Writes every generated file under `root`, or with `check` writes nothing; returns the paths
-/// whose text on disk differs from the generated one (all of them written, unless `check`).
+/// Writes every generated file and the chart's copies of deploy/'s files under `root`, or with
+/// `check` writes nothing; returns the paths whose text on disk differs from the generated one, or
+/// that are links rather than files (all of them written, unless `check`).
 pub fn write(
     root: &Path,
     windows: &Windows,
@@ -107,16 +157,25 @@ pub fn write(
     check: bool,
 ) -> std::io::Result<Vec<&'static str>> {
     let mut stale = Vec::new();
-    for file in generate(windows, pooling) {
+    let generated = generate(windows, pooling);
+    let copies = chart_copies(root, &generated)?;
+    for file in generated.into_iter().chain(copies) {
         let path = root.join(file.path);
+        let link = path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
         let on_disk = std::fs::read_to_string(&path).ok();
-        if on_disk.as_deref() == Some(file.text.as_str()) {
+        if !link && on_disk.as_deref() == Some(file.text.as_str()) {
             continue;
         }
         stale.push(file.path);
         if !check {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
+            }
+            if link {
+                // Written through, a link would overwrite its target.
+                std::fs::remove_file(&path)?;
             }
             std::fs::write(&path, &file.text).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()))

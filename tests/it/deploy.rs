@@ -490,7 +490,7 @@ print(json.dumps({'problems': problems, 'ingress': ingress, 'egress': [list(e) f
 "#;
 
 /// The standalone install ships a NetworkPolicy that validates and allows in Prometheus (metrics)
-/// and the declared writers (the write port) only, and out DNS, the brokers and HTTPS for a hosted
+/// and the declared writers (both write ports, OTLP/HTTP and OTLP/gRPC) only, and out DNS, the brokers and HTTPS for a hosted
 /// judge; the second install of docs/deployment.md gets its own, selecting only its own pods.
 #[test]
 fn the_network_policy_renders_validates_and_selects_the_install() {
@@ -513,7 +513,11 @@ fn the_network_policy_renders_validates_and_selects_the_install() {
         );
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["problems"], json!([]), "{name}: {v}");
-        assert_eq!(v["ingress"], json!(["metrics", "otlp-http"]), "{name}: {v}");
+        assert_eq!(
+            v["ingress"],
+            json!(["metrics", "otlp-grpc", "otlp-http"]),
+            "{name}: {v}"
+        );
         assert_eq!(
             v["egress"],
             json!([
@@ -526,6 +530,60 @@ fn the_network_policy_renders_validates_and_selects_the_install() {
             "{name}: {v}"
         );
     }
+}
+
+/// docs/deployment.md's patch of the kustomize NetworkPolicy, as a user copies it: the policy still
+/// validates and passes the same checks, lets in the Collector's namespace on both write ports, and
+/// lets out the brokers' network on their port only.
+#[test]
+fn the_documented_network_policy_patch_changes_writers_and_kafka() {
+    let doc = std::fs::read_to_string(root().join("docs/deployment.md")).unwrap();
+    let start = doc
+        .find("```yaml\n# netpol/kustomization.yaml\n")
+        .expect("docs/deployment.md shows the NetworkPolicy's patch");
+    let block = &doc[start + "```yaml\n".len()..];
+    let block = block[..block.find("```").unwrap()].replace("../deploy/", "{repo}/deploy/");
+    let overlay = user_overlay(&[("kustomization.yaml", &block)]);
+    let rendered = kustomize(overlay.path());
+    validate("patched NetworkPolicy", &rendered);
+    let out = pipe(
+        Command::new("python3").arg("-c").arg(NETWORK_POLICY),
+        &rendered,
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["problems"], json!([]), "{v}");
+    assert_eq!(
+        v["ingress"],
+        json!(["metrics", "otlp-grpc", "otlp-http"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["egress"],
+        json!([["TCP", 53], ["TCP", 443], ["TCP", 9096], ["UDP", 53]]),
+        "{v}"
+    );
+    let docs: Vec<Value> = rendered
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: NetworkPolicy"))
+        .map(|d| {
+            let out = pipe(
+                Command::new("python3").arg("-c").arg(
+                    "import json, sys, yaml\njson.dump(yaml.safe_load(sys.stdin), sys.stdout)",
+                ),
+                d,
+            );
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    let np = &docs[0]["spec"];
+    assert_eq!(
+        np["ingress"][1]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["observability"])
+    );
+    assert_eq!(
+        np["egress"][1]["to"],
+        json!([{"ipBlock": {"cidr": "10.20.0.0/16"}}])
+    );
 }
 
 /// The example overlay has everything, and its generated Secrets (the judge key, the write tokens)

@@ -73,3 +73,45 @@ ServiceMonitor, <namespace>/<name> through the PodMonitor; rolloutGates.job when
 {{- include "ragwatch.fullname" . }}
 {{- end }}
 {{- end }}
+
+{{/* The full name with a suffix ("-otlp", "-peers"), within the 63 characters of a Service name:
+the full name is cut first, so a long release name keeps its suffix. Call with (list . "-otlp"). */}}
+{{- define "ragwatch.suffixedName" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s%s" (include "ragwatch.fullname" $ctx | trunc (int (sub 63 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
+{{/* The pods' ServiceAccount: serviceAccount.name, else the full name when the chart creates it,
+else the namespace's "default". */}}
+{{- define "ragwatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ragwatch.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image: <repository>@<digest> when image.digest is set, else <repository>:<tag>. */}}
+{{- define "ragwatch.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the chart ships its own config (no config.toml, no config.existingConfigMap). */}}
+{{- define "ragwatch.defaultConfig" -}}
+{{- if not (or .Values.config.toml .Values.config.existingConfigMap) }}true{{ end }}
+{{- end }}
+
+{{/* The consumer group set in the environment: kafka.groupId, or the full name with the chart's
+own config; empty (none set) with a config of the user's. */}}
+{{- define "ragwatch.kafkaGroup" -}}
+{{- if .Values.kafka.groupId }}
+{{- .Values.kafka.groupId }}
+{{- else if include "ragwatch.defaultConfig" . }}
+{{- include "ragwatch.fullname" . }}
+{{- end }}
+{{- end }}
