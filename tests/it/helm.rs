@@ -667,6 +667,8 @@ fn the_charts_rule_tuning_is_the_generators() {
         let e = render("ragwatch", &[file.path().to_str().unwrap()]).unwrap_err();
         assert!(e.contains(says), "{e}");
     }
+}
+
 /// The one ragwatch container of a render's Deployment.
 fn container(objects: &[Value]) -> &Value {
     let d = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
@@ -1100,8 +1102,8 @@ fn ragwatch_rules_writes_the_chart_copies_and_replaces_links() {
         "[source]\nkind = \"kafka\"\n"
     );
     // The chart's rules, each threshold marker read as its default, are the rules file.
-    let rules = std::fs::read_to_string(dir.path().join("deploy/helm/ragwatch/files/rules.yaml"))
-        .unwrap();
+    let rules =
+        std::fs::read_to_string(dir.path().join("deploy/helm/ragwatch/files/rules.yaml")).unwrap();
     let marker = regex::Regex::new(r"\(\(threshold:[A-Za-z]+\.[a-z_]+=([^)]*)\)\)").unwrap();
     assert!(marker.is_match(&rules));
     assert_eq!(
