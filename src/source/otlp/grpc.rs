@@ -377,3 +377,108 @@ impl UnaryService<Bytes> for Export {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use tower::Service;
+
+    use super::*;
+    use crate::trace::otlp::AddStats;
+    use crate::trace::otlp::build::{request, span, str_attr};
+
+    fn receiver(budget: usize, jobs_tx: mpsc::Sender<Job>) -> GrpcReceiver {
+        GrpcReceiver {
+            jobs_tx,
+            metrics: Arc::new(Metrics::new(&[], "test")),
+            budget: MemoryBudget::new(budget),
+            max_body_bytes: 1 << 20,
+            max_spans: 10,
+            retry_after_secs: 3,
+        }
+    }
+
+    /// A unary Export call carrying `message`, gzip-compressed or not.
+    fn call(message: &[u8], gzip: bool) -> http::Request<Body> {
+        let payload = if gzip {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(message).unwrap();
+            gz.finish().unwrap()
+        } else {
+            message.to_vec()
+        };
+        let mut frame = vec![u8::from(gzip)];
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        let mut b = http::Request::builder()
+            .method("POST")
+            .uri(EXPORT_PATH)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if gzip {
+            b = b.header("grpc-encoding", "gzip");
+        }
+        b.body(Body::from(frame)).unwrap()
+    }
+
+    fn message() -> Vec<u8> {
+        request(vec![span(
+            &[1; 16],
+            1,
+            0,
+            vec![str_attr("k", &"v".repeat(50_000))],
+        )])
+        .encode_to_vec()
+    }
+
+    /// A gzip-compressed call: decompressed and decoded within the budget, its bytes held until span
+    /// assembly takes the request; while they are, a second call is RESOURCE_EXHAUSTED with a
+    /// RetryInfo (which OTLP exporters need to retry), counted as `memory`.
+    #[tokio::test]
+    async fn a_call_over_the_memory_budget_is_resource_exhausted_with_retry_info() {
+        let (tx, mut rx) = mpsc::channel::<Job>(4);
+        let r = receiver(150_000, tx);
+        let mut service = TraceService(r.clone());
+        let first = tokio::spawn(service.call(call(&message(), true)));
+        let job = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the first call queued")
+            .unwrap();
+        let held = r.budget.used();
+        assert!(held >= 50_000, "{held}");
+        let refused = service.call(call(&message(), false)).await.unwrap();
+        assert_eq!(refused.headers()["grpc-status"], "8", "{refused:?}");
+        assert!(refused.headers().contains_key("grpc-status-details-bin"));
+        assert_eq!(r.budget.used(), held);
+        let _ = job.reply.send(AddStats::default());
+        drop(job.reservation);
+        let answer = first.await.unwrap().unwrap();
+        assert_eq!(answer.status(), http::StatusCode::OK);
+        assert!(!answer.headers().contains_key("grpc-status"), "{answer:?}");
+        assert_eq!(r.budget.used(), 0);
+        let count = |o: &str| {
+            r.metrics
+                .otlp_requests
+                .with_label_values(&["grpc", o])
+                .get()
+        };
+        assert_eq!(count("memory"), 1);
+        assert_eq!(count("ok"), 1);
+    }
+
+    #[test]
+    fn the_retry_info_names_the_retry_delay() {
+        let (tx, _rx) = mpsc::channel::<Job>(1);
+        let status = receiver(1, tx).over_budget();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let details = RpcStatus::decode(status.details()).unwrap();
+        assert_eq!(
+            details.details[0].type_url,
+            "type.googleapis.com/google.rpc.RetryInfo"
+        );
+        let retry = RetryInfo::decode(&details.details[0].value[..]).unwrap();
+        assert_eq!(retry.retry_delay.unwrap().seconds, 3);
+    }
+}
