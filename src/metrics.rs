@@ -249,14 +249,16 @@ pub(crate) const OTLP_PROTOCOLS: [&str; 2] = ["http", "grpc"];
 
 /// Outcomes of an OTLP export request; label values of `ragwatch_otlp_requests_total{outcome}`.
 /// Over gRPC, `throttled` and `unavailable` are both answered UNAVAILABLE (retried by exporters),
-/// `too_large` RESOURCE_EXHAUSTED or OUT_OF_RANGE, `unsupported` UNIMPLEMENTED.
-pub(crate) const OTLP_OUTCOMES: [&str; 7] = [
+/// `memory` (the memory budget, `otlp.max_queued_bytes`, spent; HTTP 429) RESOURCE_EXHAUSTED with
+/// a RetryInfo, `too_large` RESOURCE_EXHAUSTED or OUT_OF_RANGE, `unsupported` UNIMPLEMENTED.
+pub(crate) const OTLP_OUTCOMES: [&str; 8] = [
     "ok",
     "partial",
     "bad_request",
     "too_large",
     "unsupported",
     "throttled",
+    "memory",
     "unavailable",
 ];
 

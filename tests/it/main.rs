@@ -3,7 +3,7 @@
 //! | tier (Cargo feature) | needs | suites |
 //! |---|---|---|
 //! | (none) | a Rust toolchain | docs, coverage (every family on an alert, a panel or the debugging list), layering, fuzz corpus, build prerequisites, the gate |
-//! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), hostile input, installs and clusters, redaction, rollout gates, rules, variants, the write listener |
+//! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), hostile input, installs and clusters, the OTLP memory bound, redaction, rollout gates, rules, variants, the write listener |
 //! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
 //! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
 //! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
@@ -40,6 +40,8 @@ mod fleet_budget;
 mod hostile;
 #[cfg(feature = "prometheus")]
 mod installs;
+#[cfg(feature = "prometheus")]
+mod otlp_memory;
 #[cfg(feature = "prometheus")]
 mod redaction;
 #[cfg(feature = "prometheus")]

@@ -805,7 +805,7 @@ fn the_receiver_speaks_otlp_http() {
     let million = wrap(0x0a, wrap(0x12, scope));
     let (big_rw, big_addr) = start_receiver(
         dir.path(),
-        "max_body_bytes = 100000000",
+        "max_body_bytes = 100000000\nmax_queued_bytes = 300000000",
         "[decode]\nformat = \"otlp_proto\"\n",
         &[],
     );

@@ -6,30 +6,45 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use super::budget::{OverBudget, Reservation, decoded_size};
 use crate::trace::otlp::AddStats;
 
-/// A decoded request on its way to span assembly, and where to say what became of it.
+/// A decoded request on its way to span assembly, where to say what became of it, and the bytes of
+/// the memory budget it holds until its spans are taken.
 pub(super) struct Job {
     pub(super) request: ExportTraceServiceRequest,
     pub(super) reply: oneshot::Sender<AddStats>,
+    pub(super) reservation: Reservation,
 }
 
 /// Why a decoded request was not taken into span assembly.
 pub(super) enum NotTaken {
     /// The queue is full: the exporter should retry later.
     Full,
+    /// The memory budget cannot cover the decoded request: the exporter should retry later.
+    OverBudget,
     /// The receiver is shutting down.
     Closed,
 }
 
 /// Hands a decoded request to the task that owns span assembly and waits for what became of its
-/// spans. Never waits for queue room: a full queue is an answer the exporter retries on.
+/// spans. The request's `reservation` (its read and decompressed bytes, given back as their buffers
+/// are dropped) becomes the decoded request's size, held until the spans are taken. Never waits for
+/// queue room or memory: a full queue or budget is an answer the exporter retries on.
 pub(super) async fn submit(
     jobs_tx: &mpsc::Sender<Job>,
     request: ExportTraceServiceRequest,
+    mut reservation: Reservation,
 ) -> Result<AddStats, NotTaken> {
+    reservation
+        .resize(decoded_size(&request))
+        .map_err(|OverBudget| NotTaken::OverBudget)?;
     let (reply, answer) = oneshot::channel();
-    match jobs_tx.try_send(Job { request, reply }) {
+    match jobs_tx.try_send(Job {
+        request,
+        reply,
+        reservation,
+    }) {
         Ok(()) => {}
         Err(mpsc::error::TrySendError::Full(_)) => return Err(NotTaken::Full),
         Err(mpsc::error::TrySendError::Closed(_)) => return Err(NotTaken::Closed),

@@ -1,8 +1,8 @@
 //! The OTLP/HTTP route, `POST /v1/traces`: content type and encoding checked, the body bounded by
-//! `otlp.max_body_bytes` before and after gzip, decoded, handed off, and answered in the request's
-//! own encoding (the answers are listed in the receiver's module doc).
+//! `otlp.max_body_bytes` before and after gzip and read within the memory budget, decoded, handed
+//! off, and answered in the request's own encoding (the answers are listed in the receiver's
+//! module doc).
 
-use std::io::Read;
 use std::sync::Arc;
 
 use axum::Router;
@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use tokio::sync::mpsc;
 
+use super::budget::{MemoryBudget, ReadError, gunzip, read_body};
 use super::handoff::{Job, NotTaken, partial_success, submit};
 use crate::metrics::Metrics;
 use crate::trace::otlp::config::TraceFormat;
@@ -27,6 +28,7 @@ use crate::trace::otlp::decode_request;
 pub(super) struct Receiver {
     pub(super) jobs_tx: mpsc::Sender<Job>,
     pub(super) metrics: Arc<Metrics>,
+    pub(super) budget: Arc<MemoryBudget>,
     pub(super) max_body_bytes: usize,
     pub(super) max_spans: usize,
     pub(super) retry_after: HeaderValue,
@@ -66,41 +68,15 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
             "Content-Type must be application/x-protobuf or application/json",
         );
     };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > r.max_body_bytes) {
-        outcome("too_large");
-        return too_large(format, r.max_body_bytes);
-    }
-    let raw = match axum::body::to_bytes(Body::new(body), r.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
-            outcome("too_large");
-            return too_large(format, r.max_body_bytes);
-        }
-    };
     let encoding = parts
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .unwrap_or("identity");
-    let bytes = match encoding {
-        "" | "identity" => raw.to_vec(),
-        "gzip" => match gunzip(&raw, r.max_body_bytes) {
-            Ok(Some(b)) => b,
-            Ok(None) => {
-                outcome("too_large");
-                return too_large(format, r.max_body_bytes);
-            }
-            Err(e) => {
-                outcome("bad_request");
-                return error(StatusCode::BAD_REQUEST, format, &format!("gzip: {e}"));
-            }
-        },
+    let gzip = match encoding {
+        "" | "identity" => false,
+        "gzip" => true,
         other => {
             outcome("unsupported");
             return error(
@@ -110,6 +86,47 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
             );
         }
     };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let mut reservation = r.budget.reservation();
+    let read = match read_body(
+        Body::new(body),
+        declared,
+        r.max_body_bytes,
+        &mut reservation,
+    )
+    .await
+    {
+        Ok(raw) if gzip => {
+            let out = gunzip(&raw, r.max_body_bytes, &mut reservation);
+            reservation.shrink(raw.capacity());
+            out
+        }
+        other => other,
+    };
+    let bytes = match read {
+        Ok(bytes) => bytes,
+        Err(ReadError::TooLarge) => {
+            outcome("too_large");
+            return too_large(format, r.max_body_bytes);
+        }
+        Err(ReadError::OverBudget) => {
+            outcome("memory");
+            return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
+        }
+        Err(ReadError::Broken(e)) => {
+            outcome("bad_request");
+            return error(StatusCode::BAD_REQUEST, format, &e);
+        }
+    };
+    // The decoded message is built while the bytes are still held: reserve as much again for it.
+    if reservation.grow(bytes.len()).is_err() {
+        outcome("memory");
+        return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
+    }
     let request = if bytes.trim_ascii().is_empty() {
         ExportTraceServiceRequest::default()
     } else {
@@ -122,10 +139,15 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
             }
         }
     };
-    let stats = match submit(&r.jobs_tx, request).await {
+    drop(bytes);
+    let stats = match submit(&r.jobs_tx, request, reservation).await {
         Ok(stats) => stats,
         Err(NotTaken::Full) => {
             outcome("throttled");
+            return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
+        }
+        Err(NotTaken::OverBudget) => {
+            outcome("memory");
             return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
         }
         Err(NotTaken::Closed) => {
@@ -162,15 +184,6 @@ fn content_format(headers: &HeaderMap) -> Option<TraceFormat> {
         "application/json" => Some(TraceFormat::OtlpJson),
         _ => None,
     }
-}
-
-/// Decompresses at most `max` bytes; `None` when there are more.
-fn gunzip(raw: &[u8], max: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(raw)
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)?;
-    Ok((out.len() <= max).then_some(out))
 }
 
 fn too_large(format: TraceFormat, max: usize) -> Response {
@@ -231,6 +244,7 @@ mod tests {
         Receiver {
             jobs_tx,
             metrics: Arc::new(Metrics::new(&[], "test")),
+            budget: MemoryBudget::new(1 << 20),
             max_body_bytes: 1000,
             max_spans: 10,
             retry_after: HeaderValue::from(7u64),
@@ -254,6 +268,7 @@ mod tests {
         tx.try_send(Job {
             request: ExportTraceServiceRequest::default(),
             reply,
+            reservation: r.budget.reservation(),
         })
         .unwrap();
         let resp = export(State(r.clone()), post(b"")).await;
@@ -316,5 +331,54 @@ mod tests {
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         let resp = export(State(r), req).await;
         assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    /// A request the memory budget cannot cover is refused before its body is read: 429 with
+    /// Retry-After, counted as `memory`; its bytes are given back, and the budget's bytes are held
+    /// by a queued request until span assembly takes it.
+    #[tokio::test]
+    async fn a_request_over_the_memory_budget_is_429_before_it_is_read() {
+        let (tx, mut rx) = mpsc::channel::<Job>(4);
+        let body = crate::trace::otlp::build::request(vec![crate::trace::otlp::build::span(
+            &[1; 16],
+            1,
+            0,
+            vec![crate::trace::otlp::build::str_attr("k", &"v".repeat(600))],
+        )])
+        .encode_to_vec();
+        // Room for one queued request, not for a second one's body (a 1001-byte buffer).
+        let decoded = super::super::budget::decoded_size(
+            &ExportTraceServiceRequest::decode(&body[..]).unwrap(),
+        );
+        let r = Receiver {
+            budget: MemoryBudget::new(decoded.max(1001 + body.len()) + 1000),
+            ..receiver(tx)
+        };
+        let first = tokio::spawn(export(State(r.clone()), post(&body)));
+        let queued = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv());
+        let job = queued.await.expect("the first request queued").unwrap();
+        let held = r.budget.used();
+        assert!(held >= 600, "{held}");
+        // The queued request holds the budget: the next one is refused.
+        let resp = export(State(r.clone()), post(&body)).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(r.budget.used(), held);
+        let _ = job.reply.send(AddStats::default());
+        drop(job.reservation);
+        assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+        assert_eq!(r.budget.used(), 0);
+        let resp = tokio::spawn(export(State(r.clone()), post(&body)));
+        let job = rx.recv().await.unwrap();
+        let _ = job.reply.send(AddStats::default());
+        drop(job.reservation);
+        assert_eq!(resp.await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            r.metrics
+                .otlp_requests
+                .with_label_values(&["http", "memory"])
+                .get(),
+            1
+        );
     }
 }

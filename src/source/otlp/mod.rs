@@ -5,7 +5,7 @@
 //! exporter can push to it.
 //!
 //! ```text
-//! http   POST /v1/traces ─┐  decode (bounded before and after gzip)
+//! http   POST /v1/traces ─┐  read, gunzip, decode (bounded in size, and by the memory budget)
 //! grpc   Export ──────────┴─► handoff: bounded queue ─► this module's task: span assembly
 //! ```
 //!
@@ -17,9 +17,11 @@
 //!   not a verdict, and not durable: the traces are judged once complete, and a process that stops
 //!   first loses them (for at-least-once delivery, export to Kafka instead);
 //! - 400 undecodable, 413 too large, 415 unsupported content type or encoding;
-//! - 429 with Retry-After when the queue is full, 503 with Retry-After while shutting down: the
-//!   exporter retries, as OTLP/HTTP exporters do for these codes.
+//! - 429 with Retry-After when the queue is full, or when the memory budget (`otlp.max_queued_bytes`,
+//!   `budget`) cannot cover the request, 503 with Retry-After while shutting down: the exporter
+//!   retries, as OTLP/HTTP exporters do for these codes.
 
+mod budget;
 mod grpc;
 mod handoff;
 mod http;
@@ -36,6 +38,7 @@ use super::{Ingest, SourceError, SpanIngest};
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::trace::otlp::config::OtlpConfig;
+use budget::MemoryBudget;
 use grpc::GrpcReceiver;
 use handoff::Job;
 
@@ -56,15 +59,19 @@ impl OtlpReceiver {
         metrics: Arc<Metrics>,
     ) -> (Router, OtlpReceiver) {
         let (jobs_tx, jobs_rx) = mpsc::channel(config.queue_capacity);
+        let budget = MemoryBudget::new(config.max_queued_bytes);
         let grpc = GrpcReceiver {
             jobs_tx: jobs_tx.clone(),
             metrics: Arc::clone(&metrics),
+            budget: Arc::clone(&budget),
             max_body_bytes: config.max_body_bytes,
             max_spans: max_spans_per_message,
+            retry_after_secs: config.retry_after_secs,
         };
         let http = http::Receiver {
             jobs_tx,
             metrics,
+            budget,
             max_body_bytes: config.max_body_bytes,
             max_spans: max_spans_per_message,
             retry_after: HeaderValue::from(config.retry_after_secs),
@@ -99,9 +106,12 @@ async fn run_otlp_source(
             biased;
             _ = stop.cancelled() => break,
             Some(job) = jobs_rx.recv() => {
-                let (_, stats) = ingest.request(job.request, None, now_ms(), &mut released);
+                let Job { request, reply, reservation } = job;
+                let (_, stats) = ingest.request(request, None, now_ms(), &mut released);
+                // The request's bytes are spent: what assembly keeps of them is its own to bound.
+                drop(reservation);
                 // The handler may have gone (client disconnected): the spans are taken all the same.
-                let _ = job.reply.send(stats);
+                let _ = reply.send(stats);
                 taken += 1;
             }
             _ = tick.tick() => ingest.tick(&mut released),

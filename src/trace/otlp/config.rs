@@ -103,6 +103,10 @@ pub struct OtlpConfig {
     /// Requests decoded and waiting for assembly; when full, requests get 429 with Retry-After.
     #[serde(default = "default_otlp_queue_capacity")]
     pub queue_capacity: usize,
+    /// Bytes held by requests being read, decompressed, decoded and queued for assembly, all
+    /// together; a request the rest cannot cover gets 429 with Retry-After before it is read.
+    #[serde(default = "default_max_queued_bytes")]
+    pub max_queued_bytes: usize,
     /// The Retry-After of a 429 or 503 answer.
     #[serde(default = "default_retry_after_secs")]
     pub retry_after_secs: u64,
@@ -153,6 +157,9 @@ fn default_max_body_bytes() -> usize {
 fn default_otlp_queue_capacity() -> usize {
     64
 }
+fn default_max_queued_bytes() -> usize {
+    64 << 20
+}
 fn default_retry_after_secs() -> u64 {
     1
 }
@@ -193,6 +200,12 @@ impl OtlpConfig {
             if zero {
                 p.add(field, "must be > 0");
             }
+        }
+        if self.max_queued_bytes < self.max_body_bytes {
+            p.add(
+                "otlp.max_queued_bytes",
+                "must be >= otlp.max_body_bytes, or a request at the size limit is never taken",
+            );
         }
     }
 }
