@@ -93,6 +93,9 @@ enum Command {
         /// `--list-thresholds` names them.
         #[arg(long = "alert-threshold", value_name = "ALERT.PARAM=VALUE", value_parser = ragwatch::rules::key_value)]
         alert_thresholds: Vec<(String, String)>,
+        /// Every rule group's evaluation interval (`1m`), instead of Prometheus's global one.
+        #[arg(long, value_name = "DURATION")]
+        group_interval: Option<String>,
         /// Print every tunable threshold with its shipped value, and exit.
         #[arg(long)]
         list_thresholds: bool,
@@ -312,6 +315,7 @@ fn main() -> ExitCode {
             disabled,
             alert_for,
             alert_thresholds,
+            group_interval,
             list_thresholds,
         } => {
             let windows = ragwatch::rules::Windows {
@@ -336,6 +340,7 @@ fn main() -> ExitCode {
                 disabled: disabled.into_iter().collect(),
                 pending: alert_for.into_iter().collect(),
                 thresholds: alert_thresholds.into_iter().collect(),
+                interval: group_interval,
             };
             if let Some(out) = out {
                 return write_tuned(&out, &windows, &pooling, &tuning);

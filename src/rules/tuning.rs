@@ -21,6 +21,9 @@ pub struct Tuning {
     pub pending: BTreeMap<String, String>,
     /// `Alert.param` -> the threshold's value.
     pub thresholds: BTreeMap<String, String>,
+    /// Every group's evaluation interval (`interval:`), a Prometheus duration; `None` keeps
+    /// Prometheus's global one.
+    pub interval: Option<String>,
 }
 
 /// A tunable threshold: its alert, its name and its shipped value.
@@ -103,6 +106,7 @@ impl Tuning {
             && self.disabled.is_empty()
             && self.pending.is_empty()
             && self.thresholds.is_empty()
+            && self.interval.is_none()
     }
 
     /// Every name it uses is an alert of `rules` (a threshold one of `thresholds`), every label a
@@ -136,6 +140,13 @@ impl Tuning {
             if !v.parse::<f64>().is_ok_and(f64::is_finite) {
                 return Err(format!("threshold {k} = {v:?} is not a finite number"));
             }
+        }
+        if let Some(d) = &self.interval
+            && !is_prom_duration(d)
+        {
+            return Err(format!(
+                "the group interval {d:?} is not a Prometheus duration (like 30s, 1m)"
+            ));
         }
         for (a, d) in &self.pending {
             if !is_prom_duration(d) {
@@ -181,6 +192,11 @@ impl Tuning {
         while i < lines.len() {
             let Some(name) = lines[i].strip_prefix("      - alert: ") else {
                 out.push(lines[i].to_owned());
+                if let Some(d) = &self.interval
+                    && lines[i].starts_with("  - name: ")
+                {
+                    out.push(format!("    interval: {d}"));
+                }
                 i += 1;
                 continue;
             };
@@ -373,6 +389,25 @@ mod tests {
     }
 
     #[test]
+    fn the_interval_lands_on_every_group() {
+        let tuning = Tuning {
+            interval: Some("1m".to_owned()),
+            ..Tuning::default()
+        };
+        let out = tuning.apply(RULES);
+        assert_eq!(
+            out.matches("\n    interval: 1m\n    rules:\n").count(),
+            2,
+            "{out}"
+        );
+        let bad = Tuning {
+            interval: Some("1 minute".to_owned()),
+            ..Tuning::default()
+        };
+        assert!(bad.validate(RULES, &[]).is_err());
+    }
+
+    #[test]
     fn a_group_left_without_rules_goes_with_its_comment() {
         let tuning = Tuning {
             disabled: ["One".to_owned(), "Two".to_owned()].into(),
@@ -430,6 +465,7 @@ mod tests {
             pending: [("One".to_owned(), "30m".to_owned())].into(),
             thresholds: [("One.ratio".to_owned(), "0.25".to_owned())].into(),
             disabled: ["Two".to_owned()].into(),
+            interval: Some("30s".to_owned()),
         }
         .validate(RULES, &ts)
         .unwrap();

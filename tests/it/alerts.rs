@@ -446,7 +446,9 @@ fn dashboard_query(expr: &str, variables: &[String]) -> String {
     let mut q = expr
         .replace("$__rate_interval", "20s")
         .replace("$__interval", "20s")
-        .replace("$__range", "60s");
+        .replace("$__range", "60s")
+        // A single-value variable (the judges do not share a scale): one of its values.
+        .replace("judge=\"$judge\"", "judge=\"offline\"");
     let mut variables = variables.to_vec();
     // Longest first, so that `$name` never eats the start of `$namespace`.
     variables.sort_by_key(|v| std::cmp::Reverse(v.len()));
@@ -950,10 +952,19 @@ fn check_dashboard(prom: u16) {
     assert!(!queries.is_empty(), "the dashboard has queries");
     // The variant comparison's panels need [variants]: tests/it/rollout_gates.rs checks those.
     // What changed needs sources, a coverage level and scored contexts, the reviewers' panel the
-    // review queue, the feedback panel user feedback: tests/it/deploy.rs checks those.
+    // review queue, the feedback panel user feedback, the OTLP, write-listener, redaction and
+    // label panels their own inputs: tests/it/deploy.rs checks those. The container's memory limit is the
+    // kubelet's (cAdvisor), which no test scrapes.
     queries.retain(|(_, expr)| {
         !expr.contains("comparison")
             && ![
+                "container_spec_",
+                "ragwatch_otlp_",
+                "ragwatch_spans_",
+                "ragwatch_write_",
+                "ragwatch_labels_total",
+                "ragwatch_redactions_total",
+                "canary_agreement",
                 "source_lift",
                 "question_",
                 "retrieval_uncovered",

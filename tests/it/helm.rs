@@ -623,6 +623,8 @@ fn the_charts_rule_tuning_is_the_generators() {
             "RagwatchConsumerLagGrowing.lag_messages=50000",
             "--alert-threshold",
             "RagwatchJudgeErrorsHigh.error_ratio=0.3",
+            "--group-interval",
+            "1m",
         ])
         .output()
         .unwrap();

@@ -242,6 +242,8 @@ fn tuned_rules_fire_at_the_tuned_threshold_and_carry_the_tuned_labels() {
         "RagwatchConsumerLagGrowing=30m",
         "--alert-threshold",
         "RagwatchConsumerLagGrowing.lag_messages=50000",
+        "--group-interval",
+        "1m",
     ]);
     assert!(
         tuned.status.success(),
@@ -276,6 +278,10 @@ fn tuned_rules_fire_at_the_tuned_threshold_and_carry_the_tuned_labels() {
         }
     }
     assert_eq!(teams, names.len());
+    assert_eq!(
+        rules.matches("\n    interval: 1m\n").count(),
+        rules.matches("\n  - name: ").count()
+    );
     // The manifest carries the same groups.
     let manifest = std::fs::read_to_string(out.join("prometheusrule.yaml")).unwrap();
     let groups = &rules[rules.find("groups:").unwrap()..];

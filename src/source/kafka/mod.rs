@@ -150,6 +150,17 @@ fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .collect()
 }
 
+/// The `kind` values of `ragwatch_kafka_errors_total`.
+const ERROR_KINDS: [&str; 7] = [
+    "transport",
+    "all_brokers_down",
+    "resolve",
+    "authentication",
+    "consume",
+    "records_produce",
+    "other",
+];
+
 impl ClientContext for SourceContext {
     fn stats(&self, stats: Statistics) {
         let up = stats
@@ -416,6 +427,10 @@ async fn run_kafka_source<I: Ingest>(
     metrics
         .kafka_session_timeout
         .set(config.session_timeout_ms as f64 / 1000.0);
+    // Every kind at zero from the start: rate() and increase() see the first error as one.
+    for kind in ERROR_KINDS {
+        metrics.kafka_errors.with_label_values(&[kind]);
+    }
     tracing::info!(
         brokers = %config.brokers,
         topics = ?topics,
