@@ -106,6 +106,15 @@ impl EstimateSums {
         "n", "f", "k", "kr", "w", "wy", "wf", "c", "cy", "cf", "cyy", "cff", "cyf",
     ];
 
+    /// Sums from their values in [`EstimateSums::TERMS`] order.
+    pub fn from_terms(terms: [f64; 13]) -> EstimateSums {
+        let mut out = EstimateSums::default();
+        for (a, b) in out.terms_mut().into_iter().zip(terms) {
+            *a = b;
+        }
+        out
+    }
+
     /// The sums, in [`EstimateSums::TERMS`] order.
     pub fn terms(&self) -> [f64; 13] {
         [
