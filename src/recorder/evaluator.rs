@@ -12,7 +12,9 @@ use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality};
 use crate::metrics::Metrics;
 use crate::window::estimate::Estimate;
-use crate::window::{DriftState, EstimateSums, RuleKind, STAGES, WindowStats, diagnose, window_label};
+use crate::window::{
+    DriftState, EstimateSums, RuleKind, STAGES, WindowStats, diagnose, window_label,
+};
 
 /// Sets the threshold gauges once: per (metric, stratum, judge), only the rules that are on.
 pub fn export_thresholds(config: &Config, shared: &Shared) {
@@ -92,7 +94,9 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                 for &secs in &w.window_secs {
                     let window = window_label(secs);
                     let labels = [metric.name(), stratum.as_str(), judge.name(), &window];
-                    let est = sums(secs).and_then(|s| cross_fitted(&s, baseline_sums.as_ref(), w.z, secs == w.baseline_secs));
+                    let est = sums(secs).and_then(|s| {
+                        cross_fitted(&s, baseline_sums.as_ref(), w.z, secs == w.baseline_secs)
+                    });
                     let stats = est.map(|e| WindowStats {
                         count: e.pairs,
                         mean: Some(e.mean),

@@ -76,7 +76,10 @@ pub(super) fn records(windows: &Windows) -> String {
         ("sab", "yhat", "fhat", "y", "f"),
     ] {
         let cross = |m: &str, term: &str| {
-            format!("{ON} (ragwatch:scan:rest_{m} * {ON} {})", rest(&format!("c{term}")))
+            format!(
+                "{ON} (ragwatch:scan:rest_{m} * {ON} {})",
+                rest(&format!("c{term}"))
+            )
         };
         record!(
             &format!("ragwatch:scan:rest_{name}"),
@@ -103,7 +106,10 @@ pub(super) fn records(windows: &Windows) -> String {
             "clamp(\n  (\n    ragwatch:scan:{part}_yhat\n      + {ON} ({lambda} * {ON} (ragwatch:scan:{part}_fbar - {ON} ragwatch:scan:{part}_fhat))\n  )\n  or {ON} ragwatch:scan:{part}_yhat,\n  0, 1\n)"
         )
     };
-    record!("ragwatch:scan:rest_mean", &theta("rest", "ragwatch:scan:rest_lambda"));
+    record!(
+        "ragwatch:scan:rest_mean",
+        &theta("rest", "ragwatch:scan:rest_lambda")
+    );
     record!(
         "ragwatch:scan:rest_variance",
         &format!(

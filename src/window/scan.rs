@@ -45,9 +45,7 @@ pub const WINDOWS: [(u64, u64); 8] = [
 /// The drop sizes the scan weighs, as multiples of the metric's `max_drop`.
 pub const DROP_MULTIPLES: [f64; 3] = [1.0, 2.0, 4.0];
 
-/// The shipped page threshold (`windows.page_llr`): at most one false page per stratum per
-/// healthy year at the shipped budget, by `benches/page_power.rs`.
-pub const DEFAULT_PAGE_LLR: f64 = 15.0;
+pub use super::config::DEFAULT_PAGE_LLR;
 
 /// The scan's windows for a short window and a baseline: those at most half the baseline, so the
 /// rest of the baseline holds at least as much as the window.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::dimensions::Quality;
 use crate::window::EstimateSums;
-use crate::window::scan::{Evidence, llr, scan, windows, DROP_MULTIPLES};
+use crate::window::scan::{DROP_MULTIPLES, Evidence, llr, scan, windows};
 
 use super::super::scan::window_label;
 
@@ -235,7 +235,11 @@ pub(super) fn vars(
         .1;
     let alert_description = description(&best.0, e.mean, e.reference.mean, best.1);
     let tail_best = scan(
-        &tail.evidence(at).into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+        &tail
+            .evidence(at)
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect::<Vec<_>>(),
         MAX_DROP,
         MIN_SAMPLES,
     )
@@ -256,10 +260,7 @@ pub(super) fn vars(
     values.push_str(&expect(
         &format!("round(ragwatch:estimate:scan_llr{{metric=\"{name}\",stratum=\"tail\"}}, 0.01)"),
         at,
-        &[(
-            format!("{{metric=\"{name}\",stratum=\"tail\"}}"),
-            tail_best,
-        )],
+        &[(format!("{{metric=\"{name}\",stratum=\"tail\"}}"), tail_best)],
     ));
     values.push_str(&expect(
         &format!("ragwatch:estimate:scan_llr{{metric=\"{name}\",stratum=\"sparse\"}}"),
@@ -273,7 +274,10 @@ pub(super) fn vars(
         "a drop within a thin baseline's noise does not page"
     );
     let vars = vec![
-        ("thresholds", thresholds(name, &[&head, &tail, &sparse], 220)),
+        (
+            "thresholds",
+            thresholds(name, &[&head, &tail, &sparse], 220),
+        ),
         ("series", series.trim_end_matches('\n').to_owned()),
         ("exp_values", values.trim_end_matches('\n').to_owned()),
         ("young_thresholds", thresholds(name, &[&young], 60)),

@@ -61,8 +61,12 @@ fn default_z() -> f64 {
     1.645
 }
 
+/// The shipped page threshold of the drop scan (`windows.page_llr`): at most one false page per
+/// stratum per healthy year at the shipped budget, by `benches/page_power.rs`.
+pub const DEFAULT_PAGE_LLR: f64 = 15.0;
+
 fn default_page_llr() -> f64 {
-    crate::window::scan::DEFAULT_PAGE_LLR
+    DEFAULT_PAGE_LLR
 }
 
 impl WindowsConfig {
