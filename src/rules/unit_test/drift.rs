@@ -18,14 +18,14 @@ const PAGE_LLR: f64 = 15.0;
 /// One stratum: from each phase's first minute on, its terms grow by these amounts a minute.
 pub(super) struct Stratum {
     name: &'static str,
-    phases: Vec<(u32, [(&'static str, f64); 7])>,
+    phases: Vec<(u32, Vec<(&'static str, f64)>)>,
 }
 
 /// Terms of `k` pairs a minute sampled with probability 0.5 (w = 2 each, c = 2 as the file's
 /// header explains), n = 2k traces, with mean `mean` and sum of squares `squares` per unit weight.
-fn llm_only(k: f64, mean: f64, squares: f64) -> [(&'static str, f64); 7] {
+fn llm_only(k: f64, mean: f64, squares: f64) -> Vec<(&'static str, f64)> {
     let w = 2.0 * k;
-    [
+    vec![
         ("n", w),
         ("k", k),
         ("w", w),
@@ -34,6 +34,31 @@ fn llm_only(k: f64, mean: f64, squares: f64) -> [(&'static str, f64); 7] {
         ("cy", w * mean),
         ("cyy", w * squares),
     ]
+}
+
+/// [`llm_only`]'s terms with the offline score's: every pair drawn at random (`kr`), an offline
+/// mean `f_pairs` and square `ff` on the pairs, `yf` their product's mean, and `f_all` the offline
+/// mean over all `n` traces.
+fn paired(
+    k: f64,
+    mean: f64,
+    squares: f64,
+    f_pairs: f64,
+    ff: f64,
+    yf: f64,
+    f_all: f64,
+) -> Vec<(&'static str, f64)> {
+    let w = 2.0 * k;
+    let mut out = llm_only(k, mean, squares);
+    out.extend([
+        ("kr", k),
+        ("f", w * f_all),
+        ("wf", w * f_pairs),
+        ("cf", w * f_pairs),
+        ("cff", w * ff),
+        ("cyf", w * yf),
+    ]);
+    out
 }
 
 impl Stratum {
@@ -205,6 +230,13 @@ pub(super) fn vars(
             (171, llm_only(0.1, 0.75, 0.6025)),
         ],
     };
+    // paired: a steady 0.8 with the offline judge on every trace; on the pairs its mean is 0.6
+    // (variance 0.04, covariance with the LLM score 0.02: lambda 0.5), over all traces 0.62, so
+    // the estimate is 0.8 + 0.5 * 0.02 = 0.81 and lambda and the offline terms are exercised.
+    let paired = Stratum {
+        name: "paired",
+        phases: vec![(1, paired(40.0, 0.8, 0.68, 0.6, 0.4, 0.5, 0.62))],
+    };
     // young: 4 verdicts a minute, supported or not (mean 0.75) for 25 minutes, a 100-verdict
     // baseline uncertain by +-0.07; then 0.6 or 0.7 (mean 0.65). A drop of 0.10 within the
     // baseline's own noise.
@@ -216,7 +248,7 @@ pub(super) fn vars(
         ],
     };
     let mut series = String::new();
-    for s in [&head, &tail, &sparse] {
+    for s in [&head, &tail, &sparse, &paired] {
         series.push_str(&s.series(name, 220));
     }
     let at = 200;
@@ -262,6 +294,18 @@ pub(super) fn vars(
         at,
         &[(format!("{{metric=\"{name}\",stratum=\"tail\"}}"), tail_best)],
     ));
+    let paired_evidence = paired.evidence(at);
+    let paired_means: Vec<(String, f64)> = paired_evidence
+        .iter()
+        .filter(|(_, e)| e.pairs >= MIN_SAMPLES)
+        .map(|(l, e)| (format!("{{window=\"{l}\"}}"), e.mean))
+        .collect();
+    assert!(paired_means.iter().all(|(_, m)| (m - 0.81).abs() < 1e-9));
+    values.push_str(&expect(
+        "round(max by (window) (ragwatch:scan:llr{stratum=\"paired\"}), 0.01)",
+        at,
+        &windows_of(&per_window(&paired_evidence)),
+    ));
     values.push_str(&expect(
         &format!("ragwatch:estimate:scan_llr{{metric=\"{name}\",stratum=\"sparse\"}}"),
         at,
@@ -276,7 +320,7 @@ pub(super) fn vars(
     let vars = vec![
         (
             "thresholds",
-            thresholds(name, &[&head, &tail, &sparse], 220),
+            thresholds(name, &[&head, &tail, &sparse, &paired], 220),
         ),
         ("series", series.trim_end_matches('\n').to_owned()),
         ("exp_values", values.trim_end_matches('\n').to_owned()),
