@@ -8,7 +8,7 @@
 //! 300 s baseline) and the sample rate set so that a stratum gets about 60 LLM verdicts per short
 //! window, as the shipped budget gives one at 5 minutes; the LLM judge is the stand-in of
 //! `tests/it/common/label_judge.rs`. Debian's Prometheus scrapes and evaluates the shipped rules,
-//! shortened, every second.
+//! shortened, every second; each alert waits its shipped `for:` shortened by the same factor.
 //!
 //! Checked: each of the ten drops pages (RagwatchFaithfulnessDrift or BelowFloor firing) within
 //! 120 s of the change; no stratum pages before it; the ten healthy strata, verbose or not, raise
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::label_judge::LabelJudge;
-use crate::common::prometheus::{WINDOWS, by_stratum, query, start_prometheus, test_rules};
+use crate::common::prometheus::{WINDOWS, by_stratum, query, start_prometheus, test_windows};
 use crate::common::ragtruth::Data;
 use crate::common::*;
 use rand::rngs::StdRng;
@@ -71,6 +71,34 @@ fn verbose(trace: &Value) -> String {
         .as_str()
         .unwrap();
     format!("{} {extra}", trace["answer"].as_str().unwrap())
+}
+
+/// The shipped rules with the tests' windows, each alert waiting its shipped `for:` shortened as
+/// the short window is (5 minutes to 20 s): a page holds its condition 4 s or 20 s, a warning 40 s.
+fn rules() -> String {
+    let windows = ragwatch::rules::Windows {
+        pending: None,
+        ..test_windows()
+    };
+    let scale = WINDOWS[0] as f64 / 300.0;
+    ragwatch::rules::rules_yaml(&windows, &ragwatch::rules::Pooling::shipped())
+        .lines()
+        .map(|line| {
+            let Some(d) = line.trim().strip_prefix("for: ") else {
+                return line.to_owned();
+            };
+            let secs = match d {
+                "1m" => 60.0,
+                "5m" => 300.0,
+                "10m" => 600.0,
+                "15m" => 900.0,
+                other => panic!("a pending duration the rules ship: {other}"),
+            };
+            let indent = &line[..line.len() - line.trim_start().len()];
+            format!("{indent}for: {}s", (secs * scale).round())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn repo() -> &'static Path {
@@ -237,7 +265,7 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
         Duration::from_secs(30),
         || (!query(prom, "up{job=\"ragwatch\"} == 1")?.is_empty()).then_some(()),
     );
-    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), rules()).unwrap();
     let hup = Command::new("kill")
         .args(["-HUP", &prom_child.0.id().to_string()])
         .status()
