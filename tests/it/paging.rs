@@ -1,14 +1,15 @@
 //! How reliably a real drop pages, and how reliably a healthy stratum does not, through the real
 //! chain at the shipped budget per stratum. Twenty strata of human-labelled RAG answers
 //! (`../shared/data`, labels used only to build the stream and drive the judge stand-in) stream
-//! to a tansu topic at 10 traces/s each, each stratum its own seeded run, all 90 % faithful; then
+//! to a tansu topic at 5 traces/s each, each stratum its own seeded run, all 90 % faithful; then
 //! at once ten of them drop to 50 %, five stay as they are, and five turn verbose (every answer a
 //! sentence longer, copied from a retrieved context: longer, not less grounded). ragwatch runs the
 //! shipped `config/llm.toml` with the windows shortened as the rules are (a 20 s short window, a
 //! 300 s baseline) and the sample rate set so that a stratum gets about 60 LLM verdicts per short
 //! window, as the shipped budget gives one at 5 minutes; the LLM judge is the stand-in of
 //! `tests/it/common/label_judge.rs`. Debian's Prometheus scrapes and evaluates the shipped rules,
-//! shortened, every second; each alert waits its shipped `for:` shortened by the same factor.
+//! shortened: it scrapes every second and evaluates every 2 s (30 s shortened as the windows are),
+//! and each alert waits its shipped `for:` shortened by the same factor.
 //!
 //! Checked: each of the ten drops pages (RagwatchFaithfulnessDrift or BelowFloor firing) within
 //! 120 s of the change; no stratum pages before it; the ten healthy strata, verbose or not, raise
@@ -31,10 +32,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
-const RATE_PER_SEC: u64 = 10;
-/// About 60 verdicts per stratum per 20 s window at 10 traces/s (with the offline judge's
+const RATE_PER_SEC: u64 = 5;
+/// About 60 verdicts per stratum per 20 s window at 5 traces/s (with the offline judge's
 /// uncertain traces sampled at three times the rate).
-const SAMPLE_RATE: f64 = 0.18;
+const SAMPLE_RATE: f64 = 0.36;
 /// Healthy traffic from Prometheus's start to the change: ten short windows of verdicts. The
 /// shortened baseline (300 s, where 24 h holds 288 short windows) soon holds the drop itself, which
 /// a day would not; a longer healthy start keeps that share near what it is in production.
@@ -251,7 +252,7 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 2s\nrule_files: [rules.yaml]\n\
              scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
              \x20       labels: {{namespace: rag-test, pod: ragwatch-0}}\n",
             rw.addr
