@@ -47,11 +47,11 @@ use serde_json::Value;
 /// budget gives a 5-minute window about 60 verdicts per stratum; shortened to 20 s, a window at the
 /// shipped rate holds about 45, and the drop rule (the 5-minute mean more than max_drop below the
 /// baseline, beyond z standard errors of both windows) catches the 90 % -> 50 % drop in a given
-/// window about 80 % of the time: over a real 5-minute `for` that is a page within 15 minutes (see
-/// `benches/page_power.py` and the README), but the test's 2 minutes hold only six windows, the
-/// first of them judged against a baseline of one minute. Half the traces go to the judge instead
-/// (about 200 verdicts a window): this test checks the chain from verdicts to a page; the rule's
-/// power at the shipped budget is measured by the simulation.
+/// window about 80 % of the time; how fast the shipped rule pages at the shipped budget is measured
+/// by `benches/page_power.rs` (docs/judges.md, the sizing table), but the test's 2 minutes hold
+/// only six windows, the first of them judged against a baseline of one minute. Half the traces go
+/// to the judge instead (about 200 verdicts a window): this test checks the chain from verdicts to a
+/// page; the rule's power at the shipped budget is measured by the simulation.
 const SAMPLE_RATE: f64 = 0.5;
 /// Traces per second per stratum.
 const RATE_PER_SEC: u64 = 20;
