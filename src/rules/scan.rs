@@ -12,7 +12,7 @@ const ON: &str = "on (@@pool@@, metric, stratum, window)";
 /// The `window` label of a look-back window: `1m`, `160m`, `20s`.
 pub(crate) fn window_label(d: std::time::Duration) -> String {
     let secs = d.as_secs();
-    if secs >= 60 && secs % 60 == 0 {
+    if secs >= 60 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         prom_duration(d)
