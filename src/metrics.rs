@@ -602,13 +602,13 @@ impl Metrics {
                     "Replicas this replica's budget share is computed from (fleet.membership peers or replicas; 0 with partitions).",
                 ),
             ),
-            canary_agreement: single(
-                &r,
-                Gauge::new(
-                    "ragwatch_judge_canary_agreement_ratio",
-                    "Share of canary traces on which the LLM judge agrees with their label, at the last run (NaN before the first).",
-                ),
-            ),
+            // Registered at the first canary run (`canary_agreement`): before it there is no
+            // agreement to report, and a series that reads 0 or NaN would be a false claim.
+            canary_agreement: Gauge::new(
+                "ragwatch_judge_canary_agreement_ratio",
+                "Share of canary traces on which the LLM judge agrees with their label, at the last run.",
+            )
+            .expect("valid metric definition"),
             judge_queue_depth: single(
                 &r,
                 IntGauge::new(
@@ -797,9 +797,6 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot register the process metrics");
         }
         m.budget_share.set(1.0);
-        // No canary run yet (or no canaries): NaN, which no comparison in a rule takes for a low
-        // agreement.
-        m.canary_agreement.set(f64::NAN);
         m.start_series(strata);
         m
     }
@@ -1187,6 +1184,10 @@ impl LlmObserver for Metrics {
 
     fn canary_agreement(&self, agreement: f64) {
         self.canary_agreement.set(agreement);
+        // The first run registers the series; later ones find it there.
+        let _ = self
+            .registry
+            .register(Box::new(self.canary_agreement.clone()));
     }
 }
 
