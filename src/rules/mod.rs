@@ -14,7 +14,6 @@ mod dashboard;
 mod manifest;
 mod pooling;
 mod runbook;
-mod scan;
 mod template;
 mod tuning;
 mod unit_test;

@@ -10,7 +10,6 @@ pub mod label_judge;
 pub mod manifests;
 pub mod openai;
 pub mod prometheus;
-pub mod ragtruth;
 pub mod rollout;
 
 use std::collections::HashMap;
