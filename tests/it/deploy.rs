@@ -1726,23 +1726,18 @@ fn a_kustomize_overlay_patches_in_the_tuned_rules() {
     let block = &doc[start + "```yaml\n".len()..];
     let kustomization = block[..block.find("```").unwrap()].replace("../deploy/", "{repo}/deploy/");
     let dir = user_overlay(&[("kustomization.yaml", &kustomization)]);
-    let out = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
-        .args(["rules", "--out"])
-        .arg(dir.path())
-        .args([
-            "--rule-label",
-            "team=rag",
-            "--disable-alert",
-            "RagwatchNoTraces",
-            "--alert-threshold",
-            "RagwatchConsumerLagGrowing.lag_messages=50000",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .args(["rules", "--out"])
+            .arg(dir.path())
+            .args([
+                "--rule-label",
+                "team=rag",
+                "--disable-alert",
+                "RagwatchNoTraces",
+                "--alert-threshold",
+                "RagwatchConsumerLagGrowing.lag_messages=50000",
+            ]),
     );
     let rendered = kustomize(dir.path());
     let groups = |text: &str| -> Value {

@@ -609,29 +609,24 @@ fn the_charts_rule_tuning_is_the_generators() {
         .find(|o| o["kind"] == "PrometheusRule")
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ragwatch"))
-        .args(["rules", "--out"])
-        .arg(dir.path())
-        .args([
-            "--rule-label",
-            "team=rag",
-            "--disable-alert",
-            "RagwatchNoTraces",
-            "--alert-for",
-            "RagwatchConsumerLagGrowing=30m",
-            "--alert-threshold",
-            "RagwatchConsumerLagGrowing.lag_messages=50000",
-            "--alert-threshold",
-            "RagwatchJudgeErrorsHigh.error_ratio=0.3",
-            "--group-interval",
-            "1m",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .args(["rules", "--out"])
+            .arg(dir.path())
+            .args([
+                "--rule-label",
+                "team=rag",
+                "--disable-alert",
+                "RagwatchNoTraces",
+                "--alert-for",
+                "RagwatchConsumerLagGrowing=30m",
+                "--alert-threshold",
+                "RagwatchConsumerLagGrowing.lag_messages=50000",
+                "--alert-threshold",
+                "RagwatchJudgeErrorsHigh.error_ratio=0.3",
+                "--group-interval",
+                "1m",
+            ]),
     );
     let mut expected = objects(&std::fs::read_to_string(dir.path().join("rules.yaml")).unwrap())
         .pop()
