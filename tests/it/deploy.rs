@@ -1602,6 +1602,18 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
     .collect();
     let trace_file = dir.path().join("traces.jsonl");
     std::fs::write(&trace_file, &traces).unwrap();
+    // Canaries, judged at start, for the canary agreement panel.
+    let canaries = dir.path().join("canaries.jsonl");
+    let canary_lines: String = traces
+        .lines()
+        .take(3)
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["label_faithful"] = json!(true);
+            v.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&canaries, canary_lines).unwrap();
     let server = FakeOpenAi::start();
     let records = dir.path().join("verdicts.jsonl");
     let config = dir.path().join("ragwatch.toml");
@@ -1614,7 +1626,7 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [judge]\nsampled = \"llm\"\nworkers = 4\n\
              [llm]\nbase_url = \"{}\"\nchat_model = \"judge-2026-01-01\"\nembedding_model = \"embed-1\"\n\
              request_timeout_ms = 2000\nbackoff_base_ms = 20\nrecords_path = \"{}\"\n\
-             records_max_bytes = 50000\nrecords_keep_files = 2\n\
+             records_max_bytes = 50000\nrecords_keep_files = 2\ncanary_path = \"{}\"\n\
              [labels]\nenabled = true\nauroc_min_per_class = 5\n\
              [changes]\nmin_traces = 5\n[changes.source]\ndeclared = [\"alpha\", \"beta\"]\n\
              fields = [\"/index\"]\n[changes.coverage]\nlevel = 0.95\n\
@@ -1623,7 +1635,8 @@ fn every_dashboard_query_returns_data_and_records_stay_capped() {
              [labels.feedback]\nenabled = true\nauroc_min_per_class = 5\n",
             trace_file.display(),
             server.base_url(),
-            records.display()
+            records.display(),
+            canaries.display()
         ),
     )
     .unwrap();
