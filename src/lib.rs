@@ -72,7 +72,7 @@
 //!   in its low verdicts against all (the suspects, with their lift), sources, a MinHash sample of
 //!   its questions (novelty), the retriever's coverage; memory fixed by `[changes]`.
 //! - [`window`]: rolling bucket rings, the combined (prediction-powered) estimate, drift rules,
-//!   diagnosis.
+//!   diagnosis, and the drop scan the page rules compute (its arithmetic, held to the PromQL).
 //! - [`metrics`]: every metric name, on one registry; the trace-id exemplars of the score and
 //!   judge-latency histograms, the OpenMetrics exposition that carries them, and each stratum's
 //!   per-trace series, kept once looked up.

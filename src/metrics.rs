@@ -111,6 +111,7 @@ pub struct Metrics {
     pub(crate) threshold_shift_z: GaugeVec,
     /// The z of every confidence bound.
     pub(crate) threshold_confidence_z: Gauge,
+    pub(crate) threshold_page_llr: Gauge,
     /// 1 per declared stratum, with its scope (in_scope, out_of_scope).
     pub(crate) stratum_info: IntGaugeVec,
     /// Human labels received, by outcome (joined, unknown_trace, expired, invalid).
@@ -497,6 +498,13 @@ impl Metrics {
                 Gauge::new(
                     "ragwatch_threshold_confidence_z",
                     "z of every confidence bound (1.645: one-sided 95 %).",
+                ),
+            ),
+            threshold_page_llr: single(
+                &r,
+                Gauge::new(
+                    "ragwatch_threshold_page_llr",
+                    "The drop scan's page threshold: the log-likelihood ratio of a drop against no change.",
                 ),
             ),
             labels_received: counter(

@@ -11,12 +11,16 @@ use crate::clock::now_ms;
 use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality};
 use crate::metrics::Metrics;
-use crate::window::{DriftState, RuleKind, STAGES, WindowStats, diagnose, window_label};
+use crate::window::estimate::Estimate;
+use crate::window::{
+    DriftState, EstimateSums, RuleKind, STAGES, WindowStats, diagnose, window_label,
+};
 
 /// Sets the threshold gauges once: per (metric, stratum, judge), only the rules that are on.
 pub fn export_thresholds(config: &Config, shared: &Shared) {
     let m = &shared.metrics;
     m.threshold_confidence_z.set(config.windows.z);
+    m.threshold_page_llr.set(config.windows.page_llr);
     for stratum in shared.stratifier.names() {
         for metric in Quality::ALL {
             for judge in JudgeKind::RULED {
@@ -85,12 +89,14 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
             let judge = JudgeKind::Combined;
             let mut low = Vec::new();
             for metric in Quality::ALL {
+                let sums = |secs| windows.estimate_sums(metric, stratum_id, secs, now);
+                let baseline_sums = sums(w.baseline_secs);
                 for &secs in &w.window_secs {
                     let window = window_label(secs);
                     let labels = [metric.name(), stratum.as_str(), judge.name(), &window];
-                    let est = windows
-                        .estimate_sums(metric, stratum_id, secs, now)
-                        .and_then(|s| s.estimate(w.z));
+                    let est = sums(secs).and_then(|s| {
+                        cross_fitted(&s, baseline_sums.as_ref(), w.z, secs == w.baseline_secs)
+                    });
                     let stats = est.map(|e| WindowStats {
                         count: e.pairs,
                         mean: Some(e.mean),
@@ -104,11 +110,16 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                     }
                 }
                 let rule = config.drift_rule(metric, judge, stratum);
-                let sums = |secs| windows.estimate_sums(metric, stratum_id, secs, now);
                 let short_sums = sums(w.short_secs).unwrap_or_default();
-                let short = short_sums.estimate(w.z);
                 // The baseline without the short window: a drop does not dilute its own reference.
-                let base = sums(w.baseline_secs).and_then(|b| b.minus(&short_sums).estimate(w.z));
+                let base = baseline_sums
+                    .as_ref()
+                    .and_then(|b| b.minus(&short_sums).estimate(w.z));
+                // The short window takes the baseline's lambda (cross-fitted), as the rules do.
+                let short = match &base {
+                    Some(b) => short_sums.estimate_with_lambda(w.z, b.lambda),
+                    None => short_sums.estimate(w.z),
+                };
                 let state = DriftState::evaluate_estimate(&rule, short.as_ref(), base.as_ref());
                 set_drift(m, metric, stratum, judge, &state);
                 if short.is_some_and(|s| s.pairs >= rule.min_samples) {
@@ -125,6 +136,24 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
                     .set(i64::from(blamed == Some(stage)));
             }
         }
+    }
+}
+
+/// A window's combined estimate: the baseline tunes its own `lambda`; a shorter window takes the
+/// `lambda` of the baseline without it (cross-fitted), so a slope fitted on a few dozen pairs adds
+/// no noise of its own.
+fn cross_fitted(
+    window: &EstimateSums,
+    baseline: Option<&EstimateSums>,
+    z: f64,
+    is_baseline: bool,
+) -> Option<Estimate> {
+    let reference = baseline
+        .filter(|_| !is_baseline)
+        .and_then(|b| b.minus(window).estimate(z));
+    match reference {
+        Some(r) => window.estimate_with_lambda(z, r.lambda),
+        None => window.estimate(z),
     }
 }
 

@@ -14,6 +14,7 @@ mod dashboard;
 mod manifest;
 mod pooling;
 mod runbook;
+mod scan;
 mod template;
 mod tuning;
 mod unit_test;

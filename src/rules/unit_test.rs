@@ -10,6 +10,8 @@ use super::alert::{Alert, AlertKind, RUNBOOK_URL, title, words};
 use super::template::fill;
 use crate::dimensions::Quality;
 
+mod drift;
+
 const TEMPLATE: &str = include_str!("templates/rules_test.yaml");
 const FLOOR: &str = include_str!("templates/tests/floor.yaml");
 const DRIFT: &str = include_str!("templates/tests/drift.yaml");
@@ -46,6 +48,7 @@ fn test(alert: &Alert) -> String {
     let a = &m.spec().alerts;
     // The out-of-scope stratum fires only for a metric that keeps out-of-scope strata.
     let fires_out_of_scope = !a.in_scope_only;
+    let mut extra = Vec::new();
     let (template, expected) = match alert.kind {
         AlertKind::BelowFloor => {
             let description = |stratum: &str, diagnosis: &str| {
@@ -75,19 +78,27 @@ fn test(alert: &Alert) -> String {
             }
             (FLOOR, expected)
         }
-        AlertKind::Drift => (
-            DRIFT,
-            vec![exp_alert(
-                alert,
-                "head",
-                "combined",
-                &format!("{} of stratum head dropped from its 24h baseline", title(m)),
-                &format!(
-                    "The combined estimate of {} in stratum head over the last 5 minutes is 75%, against 92.44% over the rest of its 24-hour baseline: more than the allowed drop, beyond the noise of both windows.",
-                    words(m)
-                ),
-            )],
-        ),
+        AlertKind::Drift => {
+            let (vars, description) = drift::vars(m, |window, mean, reference, llr| {
+                format!(
+                    "The combined estimate of {} in stratum head over the last {window} is {}, against {} over the rest of its 24-hour baseline: the evidence of a drop (log-likelihood ratio {llr:.1}, paging at 15.0) is beyond what a healthy stratum shows once a year.",
+                    words(m),
+                    drift::humanize_percentage(mean),
+                    drift::humanize_percentage(reference),
+                )
+            });
+            extra = vars;
+            (
+                DRIFT,
+                vec![exp_alert(
+                    alert,
+                    "head",
+                    "combined",
+                    &format!("{} of stratum head dropped from its 24h baseline", title(m)),
+                    &description,
+                )],
+            )
+        }
         AlertKind::Shift => {
             let exp = |stratum: &str| {
                 exp_alert(
@@ -116,17 +127,16 @@ fn test(alert: &Alert) -> String {
     } else {
         "; out-of-scope strata included"
     };
-    fill(
-        template,
-        &[
-            ("alert", alert.name()),
-            ("metric", m.name().to_owned()),
-            ("camel", super::alert::camel(m)),
-            ("histogram", m.spec().histogram.to_owned()),
-            ("scope_title", scope_title.to_owned()),
-            ("exp_alerts", expected.join("\n")),
-        ],
-    )
+    let mut vars = vec![
+        ("alert", alert.name()),
+        ("metric", m.name().to_owned()),
+        ("camel", super::alert::camel(m)),
+        ("histogram", m.spec().histogram.to_owned()),
+        ("scope_title", scope_title.to_owned()),
+        ("exp_alerts", expected.join("\n")),
+    ];
+    vars.extend(extra);
+    fill(template, &vars)
 }
 
 /// An `exp_alerts` entry.

@@ -61,7 +61,7 @@ impl Windows {
 
 /// A window one millisecond short: a delta recorded at the window's start is not counted twice
 /// (Prometheus 2 ranges include their start, Prometheus 3 ranges do not).
-fn sum_range(d: Duration) -> String {
+pub(super) fn sum_range(d: Duration) -> String {
     prom_duration(d.saturating_sub(Duration::from_millis(1)))
 }
 

@@ -299,6 +299,7 @@ mod tests {
             half_width: half,
             lambda: 0.0,
             pairs,
+            variance: (half / 1.645).powi(2),
         };
         let s = DriftState::evaluate_estimate(&RULE, Some(&est(0.5, 0.05, 40)), None);
         assert!(s.below_floor && !s.dropped);

@@ -88,6 +88,8 @@ pub struct Estimate {
     pub lambda: f64,
     /// Judged pairs behind it.
     pub pairs: u64,
+    /// The estimate's variance (the square of the standard error).
+    pub variance: f64,
 }
 
 impl Accumulate for EstimateSums {
@@ -104,6 +106,15 @@ impl EstimateSums {
         "n", "f", "k", "kr", "w", "wy", "wf", "c", "cy", "cf", "cyy", "cff", "cyf",
     ];
 
+    /// Sums from their values in [`EstimateSums::TERMS`] order.
+    pub fn from_terms(terms: [f64; 13]) -> EstimateSums {
+        let mut out = EstimateSums::default();
+        for (a, b) in out.terms_mut().into_iter().zip(terms) {
+            *a = b;
+        }
+        out
+    }
+
     /// The sums, in [`EstimateSums::TERMS`] order.
     pub fn terms(&self) -> [f64; 13] {
         [
@@ -114,7 +125,7 @@ impl EstimateSums {
 
     /// The sums of `self` without those of `part` (a window minus a window it contains), never
     /// below zero.
-    pub(crate) fn minus(&self, part: &EstimateSums) -> EstimateSums {
+    pub fn minus(&self, part: &EstimateSums) -> EstimateSums {
         let mut out = *self;
         for (a, b) in out.terms_mut().into_iter().zip(part.terms()) {
             *a = (*a - b).max(0.0);
@@ -179,6 +190,12 @@ impl EstimateSums {
         self.estimate_with(z, None)
     }
 
+    /// The estimate with a `lambda` tuned elsewhere (cross-fitted: a short window takes its
+    /// baseline's, so the slope's own noise stays out of the window's estimate).
+    pub fn estimate_with_lambda(&self, z: f64, lambda: f64) -> Option<Estimate> {
+        self.estimate_with(z, Some(lambda))
+    }
+
     /// The LLM-only estimate (`lambda = 0`) with the same variance estimator, for comparison.
     #[cfg(test)]
     pub(crate) fn llm_only(&self, z: f64) -> Option<Estimate> {
@@ -214,6 +231,7 @@ impl EstimateSums {
             half_width: half,
             lambda,
             pairs: self.k as u64,
+            variance: var,
         })
     }
 }

@@ -6,6 +6,7 @@ mod diagnosis;
 mod drift;
 pub(crate) mod estimate;
 mod ring;
+pub mod scan;
 
 pub(crate) use diagnosis::{STAGES, diagnose};
 pub use drift::Shift;

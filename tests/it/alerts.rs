@@ -20,6 +20,7 @@
 
 use crate::common::label_judge;
 use crate::common::prometheus;
+use crate::common::ragtruth::Data;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -46,11 +47,11 @@ use serde_json::Value;
 /// budget gives a 5-minute window about 60 verdicts per stratum; shortened to 20 s, a window at the
 /// shipped rate holds about 45, and the drop rule (the 5-minute mean more than max_drop below the
 /// baseline, beyond z standard errors of both windows) catches the 90 % -> 50 % drop in a given
-/// window about 80 % of the time: over a real 5-minute `for` that is a page within 15 minutes (see
-/// `benches/page_power.py` and the README), but the test's 2 minutes hold only six windows, the
-/// first of them judged against a baseline of one minute. Half the traces go to the judge instead
-/// (about 200 verdicts a window): this test checks the chain from verdicts to a page; the rule's
-/// power at the shipped budget is measured by the simulation.
+/// window about 80 % of the time; how fast the shipped rule pages at the shipped budget is measured
+/// by `benches/page_power.rs` (docs/judges.md, the sizing table), but the test's 2 minutes hold
+/// only six windows, the first of them judged against a baseline of one minute. Half the traces go
+/// to the judge instead (about 200 verdicts a window): this test checks the chain from verdicts to a
+/// page; the rule's power at the shipped budget is measured by the simulation.
 const SAMPLE_RATE: f64 = 0.5;
 /// Traces per second per stratum.
 const RATE_PER_SEC: u64 = 20;
@@ -232,57 +233,6 @@ fn describe(labels: &Value) -> String {
     )
 }
 
-/// The labelled answers, split by their human label.
-struct Data {
-    faithful: Vec<Value>,
-    unfaithful: Vec<Value>,
-}
-
-impl Data {
-    fn load() -> Option<Data> {
-        let path = labelled_data("ragtruth_qa_train.jsonl");
-        let text = std::fs::read_to_string(path).ok()?;
-        let (mut faithful, mut unfaithful) = (Vec::new(), Vec::new());
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let mut v: Value = serde_json::from_str(line).unwrap();
-            let label = v["label_faithful"].as_bool().unwrap();
-            // The labels build the stream; ragwatch never sees them.
-            let obj = v.as_object_mut().unwrap();
-            obj.remove("label_faithful");
-            obj.remove("label_spans");
-            // The passages carry no retriever score; a service's traces would. Placeholder scores
-            // by rank (nothing but the retrieval panels reads them).
-            let contexts = obj["contexts"].as_array_mut().unwrap();
-            for (rank, c) in contexts.iter_mut().enumerate() {
-                let text = c.as_str().unwrap().to_owned();
-                *c = serde_json::json!({"text": text, "score": 0.9 - 0.1 * rank as f64});
-            }
-            if label {
-                faithful.push(v);
-            } else {
-                unfaithful.push(v);
-            }
-        }
-        Some(Data {
-            faithful,
-            unfaithful,
-        })
-    }
-
-    /// Answer text -> human label, for the judge stand-in.
-    fn labels(&self) -> Vec<(String, bool)> {
-        let answer = |v: &Value| v["answer"].as_str().unwrap().to_owned();
-        self.faithful
-            .iter()
-            .map(|v| (answer(v), true))
-            .chain(self.unfaithful.iter().map(|v| (answer(v), false)))
-            .collect()
-    }
-}
-
-/// Produces both strata at `RATE_PER_SEC` each, evenly spaced, until `stop`: each trace a random
-/// faithful answer with probability 0.9, else a random unfaithful one; 0.5 for `degrading` once
-/// `degraded` is set. Each trace id sent goes into `labels` with its answer's human label.
 /// A reviewer: every 2 s, labels one trace in four of those sent before the previous round (so
 /// ragwatch has seen them) with the answer's human label, through `POST /v1/labels`. The label
 /// agreement and AUROC panels then have data from real human labels.
@@ -321,6 +271,9 @@ fn review(
     })
 }
 
+/// Produces both strata at `RATE_PER_SEC` each, evenly spaced, until `stop`: each trace a random
+/// faithful answer with probability 0.9, else a random unfaithful one; 0.5 for `degrading` once
+/// `degraded` is set. Each trace id sent goes into `labels` with its answer's human label.
 fn stream(
     data: Data,
     brokers: String,

@@ -9,7 +9,7 @@
 //! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
 //! | `deploy` | buildah and mmdebstrap (Debian), root; with `prometheus`: kubernetes-validate, kubectl, helm-sdkpy | image; with `prometheus`: deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
-//! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain |
+//! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain, paging |
 //!
 //! Plain `cargo test` builds the first tier and lists each tier it left out as an ignored test whose
 //! reason says what it needs. `tests/run.sh` installs what every tier needs and runs them all
@@ -92,6 +92,8 @@ mod audit;
 mod changes;
 #[cfg(feature = "data")]
 mod detection;
+#[cfg(all(feature = "data", feature = "broker", feature = "prometheus"))]
+mod paging;
 #[cfg(feature = "data")]
 mod review;
 

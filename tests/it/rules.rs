@@ -169,9 +169,16 @@ fn the_tests_windows_leave_no_shipped_range_or_pending_duration() {
     assert!(short.contains("[19s999ms]") && short.contains("[5m9s999ms]"));
     // The same rules otherwise: as many rules, each alert once.
     assert_eq!(alert_names(&shipped), alert_names(&short));
+    // The drop scan keeps the look-back windows a baseline holds twice: 8 shipped, 5 here.
+    let scan_windows = |rules: &str| {
+        rules
+            .matches("- record: ragwatch:scan_terms:increase\n")
+            .count()
+    };
+    assert_eq!((scan_windows(&shipped), scan_windows(&short)), (8, 5));
     assert_eq!(
-        shipped.matches("- record: ").count(),
-        short.matches("- record: ").count()
+        shipped.matches("- record: ").count() - scan_windows(&shipped),
+        short.matches("- record: ").count() - scan_windows(&short)
     );
     let dashboard = ragwatch::rules::dashboard_json(&windows, &Pooling::shipped());
     assert!(!dashboard.contains("[24h]") && dashboard.contains("[5m10s]"));

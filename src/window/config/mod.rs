@@ -29,6 +29,10 @@ pub struct WindowsConfig {
     /// z-score of the confidence bound (1.645 is one-sided 95 %).
     #[serde(default = "default_z")]
     pub z: f64,
+    /// The drop scan pages when its log-likelihood ratio reaches this (see `window::scan`): 15 is
+    /// at most one false page per stratum per healthy year at the shipped budget.
+    #[serde(default = "default_page_llr")]
+    pub page_llr: f64,
 }
 
 crate::config::fields::default_from_serde!(WindowsConfig);
@@ -55,6 +59,14 @@ fn default_evaluate_interval_ms() -> u64 {
 
 fn default_z() -> f64 {
     1.645
+}
+
+/// The shipped page threshold of the drop scan (`windows.page_llr`): at most one false page per
+/// stratum per healthy year at the shipped budget, by `benches/page_power.rs`.
+pub const DEFAULT_PAGE_LLR: f64 = 15.0;
+
+fn default_page_llr() -> f64 {
+    DEFAULT_PAGE_LLR
 }
 
 impl WindowsConfig {
@@ -89,6 +101,9 @@ impl WindowsConfig {
         }
         if !(w.z.is_finite() && w.z >= 0.0) {
             p.add("windows.z", "must be finite and >= 0");
+        }
+        if !(w.page_llr.is_finite() && w.page_llr > 0.0) {
+            p.add("windows.page_llr", "must be finite and > 0");
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod label_judge;
 pub mod manifests;
 pub mod openai;
 pub mod prometheus;
+pub mod ragtruth;
 pub mod rollout;
 
 use std::collections::HashMap;
