@@ -504,8 +504,12 @@ fn expected(
             }
             let now = short.sums[&(s.to_owned(), mi)];
             let base = rest.sums[&(s.to_owned(), mi)];
-            let est = now.estimate(z);
-            let var = now.estimate(1.0).map(|e| e.half_width * e.half_width);
+            // The short window's lambda is its baseline's (cross-fitted), 0 without a baseline.
+            let lambda = base.estimate(z).map_or(0.0, |e| e.lambda);
+            let est = now.estimate_with_lambda(z, lambda);
+            let var = now
+                .estimate_with_lambda(1.0, lambda)
+                .map(|e| e.half_width * e.half_width);
             e.insert(
                 key("ragwatch:estimate:mean_5m", s, name, ""),
                 est.map(|e| e.mean),
