@@ -1,0 +1,305 @@
+//! A BERT-family encoder loaded from a model directory (`config.json`, `tokenizer.json`,
+//! `model.safetensors`), run on the CPU with candle, its token states mean-pooled into one vector
+//! per input. Nothing is downloaded: the directory is mounted or shipped beside the binary.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Embedding, LayerNorm, Linear, Module, VarBuilder};
+use serde::Deserialize;
+use tokenizers::Tokenizer;
+
+use super::ClassifierError;
+
+/// The fields of a BERT `config.json` the forward pass needs; the rest are ignored.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EncoderConfig {
+    /// Vocabulary size of the word embeddings.
+    pub vocab_size: usize,
+    /// Width of every hidden state.
+    pub hidden_size: usize,
+    /// Number of transformer layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Feed-forward activation: `gelu` (erf), `gelu_new` / `gelu_pytorch_tanh` (tanh), `relu`.
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+    /// Longest input, in tokens, the position embeddings cover.
+    pub max_position_embeddings: usize,
+    /// Number of token types (segments).
+    #[serde(default = "default_type_vocab_size")]
+    pub type_vocab_size: usize,
+    /// Layer norm epsilon.
+    #[serde(default = "default_layer_norm_eps")]
+    pub layer_norm_eps: f64,
+}
+
+fn default_hidden_act() -> String {
+    "gelu".to_owned()
+}
+
+fn default_type_vocab_size() -> usize {
+    2
+}
+
+fn default_layer_norm_eps() -> f64 {
+    1e-12
+}
+
+/// The feed-forward activation named by `hidden_act`: the checkpoint's, not a hard-coded one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Activation {
+    GeluErf,
+    GeluTanh,
+    Relu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Result<Self, ClassifierError> {
+        match name {
+            "gelu" => Ok(Self::GeluErf),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Self::GeluTanh),
+            "relu" => Ok(Self::Relu),
+            other => Err(ClassifierError::Config(format!(
+                "hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)"
+            ))),
+        }
+    }
+
+    fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::GeluErf => x.gelu_erf(),
+            Self::GeluTanh => x.gelu(),
+            Self::Relu => x.relu(),
+        }
+    }
+}
+
+/// One transformer layer: self-attention, then feed-forward, each with a residual and a layer norm.
+#[derive(Debug)]
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_out: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+}
+
+/// A loaded encoder and its tokenizer.
+#[derive(Debug)]
+pub struct Encoder {
+    config: EncoderConfig,
+    activation: Activation,
+    tokenizer: Tokenizer,
+    cls_id: u32,
+    sep_id: u32,
+    pad_id: u32,
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    embedding_norm: LayerNorm,
+    layers: Vec<Layer>,
+    device: Device,
+}
+
+impl Encoder {
+    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`. Weight names may
+    /// carry a `bert.` prefix (a classification checkpoint) or not (a bare encoder).
+    pub fn load(dir: &Path) -> Result<Self, ClassifierError> {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| ClassifierError::Io {
+                path: dir.join(name).display().to_string(),
+                source: e,
+            })
+        };
+        let config: EncoderConfig = serde_json::from_slice(&read("config.json")?)
+            .map_err(|e| ClassifierError::Config(format!("config.json: {e}")))?;
+        let activation = Activation::parse(&config.hidden_act)?;
+        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0
+        {
+            return Err(ClassifierError::Config(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                config.hidden_size, config.num_attention_heads
+            )));
+        }
+        let mut tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?)
+            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
+        // Windowing decides lengths; the file's own truncation and padding would cut inputs short.
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
+        tokenizer.with_padding(None);
+        let special = |token: &str| {
+            tokenizer.token_to_id(token).ok_or_else(|| {
+                ClassifierError::Tokenizer(format!("tokenizer.json has no {token} token"))
+            })
+        };
+        let (cls_id, sep_id) = (special("[CLS]")?, special("[SEP]")?);
+        let pad_id = tokenizer.token_to_id("[PAD]").unwrap_or(0);
+
+        let device = Device::Cpu;
+        let bytes = read("model.safetensors")?;
+        let tensors = candle_core::safetensors::load_buffer(&bytes, &device)?;
+        let tensors: HashMap<String, Tensor> = tensors
+            .into_iter()
+            .map(|(k, t)| (k.strip_prefix("bert.").map(str::to_owned).unwrap_or(k), t))
+            .collect();
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &device);
+        let h = config.hidden_size;
+        let eps = config.layer_norm_eps;
+        let emb = vb.pp("embeddings");
+        let word = candle_nn::embedding(config.vocab_size, h, emb.pp("word_embeddings"))?;
+        let position =
+            candle_nn::embedding(config.max_position_embeddings, h, emb.pp("position_embeddings"))?;
+        let token_type =
+            candle_nn::embedding(config.type_vocab_size, h, emb.pp("token_type_embeddings"))?;
+        let embedding_norm = candle_nn::layer_norm(h, eps, emb.pp("LayerNorm"))?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let l = vb.pp(format!("encoder.layer.{i}"));
+            let att = l.pp("attention");
+            layers.push(Layer {
+                query: candle_nn::linear(h, h, att.pp("self.query"))?,
+                key: candle_nn::linear(h, h, att.pp("self.key"))?,
+                value: candle_nn::linear(h, h, att.pp("self.value"))?,
+                attention_out: candle_nn::linear(h, h, att.pp("output.dense"))?,
+                attention_norm: candle_nn::layer_norm(h, eps, att.pp("output.LayerNorm"))?,
+                intermediate: candle_nn::linear(
+                    h,
+                    config.intermediate_size,
+                    l.pp("intermediate.dense"),
+                )?,
+                output: candle_nn::linear(config.intermediate_size, h, l.pp("output.dense"))?,
+                output_norm: candle_nn::layer_norm(h, eps, l.pp("output.LayerNorm"))?,
+            });
+        }
+        Ok(Self {
+            config,
+            activation,
+            tokenizer,
+            cls_id,
+            sep_id,
+            pad_id,
+            word,
+            position,
+            token_type,
+            embedding_norm,
+            layers,
+            device,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    /// The longest input the position embeddings allow, special tokens included.
+    pub fn max_tokens(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    /// The ids of `text` without special tokens and without truncation.
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, ClassifierError> {
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// `[CLS] ids [SEP]`: one input as the encoder takes it.
+    pub fn with_special_tokens(&self, ids: &[u32]) -> Vec<u32> {
+        let mut out = Vec::with_capacity(ids.len() + 2);
+        out.push(self.cls_id);
+        out.extend_from_slice(ids);
+        out.push(self.sep_id);
+        out
+    }
+
+    /// Mean-pooled last hidden states of each input (ids with their special tokens, each at most
+    /// [`Encoder::max_tokens`] long), run as one padded batch with an attention mask.
+    pub fn embed(&self, inputs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, ClassifierError> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let t = inputs.iter().map(Vec::len).max().unwrap_or(0);
+        if t == 0 || t > self.max_tokens() {
+            return Err(ClassifierError::Input(format!(
+                "an input of {t} tokens (1..={} allowed)",
+                self.max_tokens()
+            )));
+        }
+        let b = inputs.len();
+        let mut ids = Vec::with_capacity(b * t);
+        let mut mask = Vec::with_capacity(b * t);
+        for input in inputs {
+            ids.extend_from_slice(input);
+            ids.extend(std::iter::repeat_n(self.pad_id, t - input.len()));
+            mask.extend(std::iter::repeat_n(1.0f32, input.len()));
+            mask.extend(std::iter::repeat_n(0.0f32, t - input.len()));
+        }
+        let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
+        let mask = Tensor::from_vec(mask, (b, t), &self.device)?;
+        let hidden = self.forward(&ids, &mask)?;
+        // Mean over the real tokens only.
+        let m = mask.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&m)?.sum(1)?;
+        let counts = m.sum(1)?;
+        let pooled = summed.broadcast_div(&counts)?;
+        Ok(pooled.to_vec2::<f32>()?)
+    }
+
+    /// Last hidden states `(batch, tokens, hidden)` for `ids` `(batch, tokens)` under `mask`
+    /// (1 for a token, 0 for padding).
+    fn forward(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let positions = Tensor::arange(0u32, t as u32, &self.device)?;
+        let types = Tensor::zeros((b, t), DType::U32, &self.device)?;
+        let x = self
+            .word
+            .forward(ids)?
+            .broadcast_add(&self.position.forward(&positions)?)?
+            .add(&self.token_type.forward(&types)?)?;
+        let mut x = self.embedding_norm.forward(&x)?;
+        // Padding gets a large negative score before the softmax, so no token attends to it.
+        let bias = ((mask.ones_like()? - mask)? * -1e9f64)?
+            .reshape((b, 1, 1, t))?
+            .to_dtype(DType::F32)?;
+        let heads = self.config.num_attention_heads;
+        let head_dim = self.config.hidden_size / heads;
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        for layer in &self.layers {
+            let split = |y: Tensor| -> candle_core::Result<Tensor> {
+                y.reshape((b, t, heads, head_dim))?.transpose(1, 2)?.contiguous()
+            };
+            let q = split(layer.query.forward(&x)?)?;
+            let k = split(layer.key.forward(&x)?)?;
+            let v = split(layer.value.forward(&x)?)?;
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&bias)?;
+            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+            let context = weights.matmul(&v)?.transpose(1, 2)?.reshape((
+                b,
+                t,
+                self.config.hidden_size,
+            ))?;
+            let attended = layer
+                .attention_norm
+                .forward(&(layer.attention_out.forward(&context)? + &x)?)?;
+            let inner = self
+                .activation
+                .apply(&layer.intermediate.forward(&attended)?)?;
+            x = layer
+                .output_norm
+                .forward(&(layer.output.forward(&inner)? + &attended)?)?;
+        }
+        Ok(x)
+    }
+}
