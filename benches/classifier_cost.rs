@@ -28,6 +28,11 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if args.is_empty() {
+        // `cargo test --all-targets` runs each bench once without arguments: nothing to measure.
+        println!("usage: classifier_cost DATA.jsonl MODEL_DIR HEAD.json N (no model given: nothing measured)");
+        return;
+    }
     let [data, model, head, n] = args.as_slice() else {
         eprintln!("usage: classifier_cost DATA.jsonl MODEL_DIR HEAD.json N");
         std::process::exit(2);

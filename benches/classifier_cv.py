@@ -50,6 +50,41 @@ def pair_features(a, q, cs):
     return np.concatenate([[a @ q, mx, mean], a * c, np.abs(a - c)])
 
 
+def embed_all(model_dir, tokens, texts, key, vectors):
+    """Windows as tests/minilm_reference.py cuts them; the forward pass by transformers (torch, the
+    reference implementation the numpy one is held to) when installed, numpy otherwise."""
+    ref = Reference(model_dir, dtype=np.float32)
+    windows = [(i, w) for i, s in enumerate(texts) for w in ref.inputs(s, tokens)]
+    sums = np.zeros((len(texts), ref.config["hidden_size"]), dtype=np.float64)
+    counts = np.zeros(len(texts))
+    start = time.time()
+    try:
+        import torch
+        from transformers import AutoModel
+
+        model = AutoModel.from_pretrained(model_dir).eval()
+        order = sorted(range(len(windows)), key=lambda j: len(windows[j][1]))
+        with torch.no_grad():
+            for b in range(0, len(order), 32):
+                batch = [windows[j] for j in order[b : b + 32]]
+                t = max(len(w) for _, w in batch)
+                ids = torch.tensor([w + [0] * (t - len(w)) for _, w in batch])
+                mask = torch.tensor([[1] * len(w) + [0] * (t - len(w)) for _, w in batch])
+                h = model(input_ids=ids, attention_mask=mask).last_hidden_state
+                pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+                for (i, _), v in zip(batch, pooled.numpy()):
+                    sums[i] += v
+                    counts[i] += 1
+                if (b // 32) % 40 == 0:
+                    print(f"  {b}/{len(order)} windows ({time.time() - start:.0f} s)", file=sys.stderr)
+    except ImportError:
+        for i, w in windows:
+            sums[i] += ref.hidden(w).mean(0)
+            counts[i] += 1
+    for i, s in enumerate(texts):
+        vectors[key(s)] = (sums[i] / counts[i]).astype(np.float32)
+
+
 def cluster_bootstrap(groups, y, scores, n=2000, seed=7):
     """95 % intervals of each score's AUROC and of the first minus the second, resampling groups."""
     rng = np.random.default_rng(seed)
@@ -78,7 +113,6 @@ def main():
     args = ap.parse_args()
 
     traces = [json.loads(line) for line in open(args.data)]
-    lex = {r["trace_id"]: r for r in csv.DictReader(open(args.lexical_csv))}
     texts = set()
     for t in traces:
         texts.add(t["answer"])
@@ -96,15 +130,11 @@ def main():
         vectors = dict(zip(z["keys"], z["vectors"]))
     todo = [s for s in texts if key(s) not in vectors]
     if todo:
-        ref = Reference(args.model_dir, dtype=np.float32)
-        start = time.time()
-        for i, s in enumerate(todo):
-            vectors[key(s)] = ref.embed(s, args.tokens)[1].astype(np.float32)
-            if (i + 1) % 500 == 0:
-                print(f"  embedded {i + 1}/{len(todo)} texts ({time.time() - start:.0f} s)", file=sys.stderr)
+        embed_all(args.model_dir, args.tokens, todo, key, vectors)
         keys = np.array(list(vectors.keys()))
         np.savez(cache, keys=keys, vectors=np.stack([vectors[k] for k in keys]))
 
+    lex = {r["trace_id"]: r for r in csv.DictReader(open(args.lexical_csv))}
     rows = []
     for t in traces:
         r = lex.get(t["trace_id"])

