@@ -30,7 +30,9 @@ fn main() {
         .collect();
     if args.is_empty() {
         // `cargo test --all-targets` runs each bench once without arguments: nothing to measure.
-        println!("usage: classifier_cost DATA.jsonl MODEL_DIR HEAD.json N (no model given: nothing measured)");
+        println!(
+            "usage: classifier_cost DATA.jsonl MODEL_DIR HEAD.json N (no model given: nothing measured)"
+        );
         return;
     }
     let [data, model, head, n] = args.as_slice() else {

@@ -71,7 +71,8 @@ fn main() {
     let mut oof = vec![0.0; examples.len()];
     for k in 0..cfg.folds {
         let rest: Vec<Example> = examples.iter().filter(|e| e.fold != k).cloned().collect();
-        let model = serde_json::to_value(trainer::train(&rest, &cfg, "folds", "2026-01-01")).unwrap();
+        let model =
+            serde_json::to_value(trainer::train(&rest, &cfg, "folds", "2026-01-01")).unwrap();
         for (i, e) in examples.iter().enumerate().filter(|(_, e)| e.fold == k) {
             oof[i] = predict(&model, &e.x);
         }
@@ -97,7 +98,17 @@ fn main() {
     }
     let wins: f64 = pos
         .iter()
-        .flat_map(|p| neg.iter().map(move |n| if p > n { 1.0 } else if p == n { 0.5 } else { 0.0 }))
+        .flat_map(|p| {
+            neg.iter().map(move |n| {
+                if p > n {
+                    1.0
+                } else if p == n {
+                    0.5
+                } else {
+                    0.0
+                }
+            })
+        })
         .sum();
     println!(
         "{} traces, {} scored; pooled out-of-fold AUROC {:.4}",

@@ -130,5 +130,8 @@ fn encoder_matches_an_independent_forward_pass() {
         texts.len()
     );
     assert!(multi >= TRACES / 2, "windowing was exercised");
-    assert!(worst < TOLERANCE, "largest difference {worst} >= {TOLERANCE}");
+    assert!(
+        worst < TOLERANCE,
+        "largest difference {worst} >= {TOLERANCE}"
+    );
 }

@@ -122,8 +122,7 @@ impl Encoder {
         let config: EncoderConfig = serde_json::from_slice(&read("config.json")?)
             .map_err(|e| ClassifierError::Config(format!("config.json: {e}")))?;
         let activation = Activation::parse(&config.hidden_act)?;
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0
-        {
+        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
             return Err(ClassifierError::Config(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 config.hidden_size, config.num_attention_heads
@@ -156,8 +155,11 @@ impl Encoder {
         let eps = config.layer_norm_eps;
         let emb = vb.pp("embeddings");
         let word = candle_nn::embedding(config.vocab_size, h, emb.pp("word_embeddings"))?;
-        let position =
-            candle_nn::embedding(config.max_position_embeddings, h, emb.pp("position_embeddings"))?;
+        let position = candle_nn::embedding(
+            config.max_position_embeddings,
+            h,
+            emb.pp("position_embeddings"),
+        )?;
         let token_type =
             candle_nn::embedding(config.type_vocab_size, h, emb.pp("token_type_embeddings"))?;
         let embedding_norm = candle_nn::layer_norm(h, eps, emb.pp("LayerNorm"))?;
@@ -278,18 +280,20 @@ impl Encoder {
         let scale = 1.0 / (head_dim as f64).sqrt();
         for layer in &self.layers {
             let split = |y: Tensor| -> candle_core::Result<Tensor> {
-                y.reshape((b, t, heads, head_dim))?.transpose(1, 2)?.contiguous()
+                y.reshape((b, t, heads, head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
             };
             let q = split(layer.query.forward(&x)?)?;
             let k = split(layer.key.forward(&x)?)?;
             let v = split(layer.value.forward(&x)?)?;
             let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&bias)?;
             let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-            let context = weights.matmul(&v)?.transpose(1, 2)?.reshape((
-                b,
-                t,
-                self.config.hidden_size,
-            ))?;
+            let context =
+                weights
+                    .matmul(&v)?
+                    .transpose(1, 2)?
+                    .reshape((b, t, self.config.hidden_size))?;
             let attended = layer
                 .attention_norm
                 .forward(&(layer.attention_out.forward(&context)? + &x)?)?;
