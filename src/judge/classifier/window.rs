@@ -50,7 +50,8 @@ mod tests {
     fn a_short_input_is_one_window() {
         let w = Window::new(4, 2);
         assert_eq!(w.split(&[1, 2, 3]), vec![&[1, 2, 3][..]]);
-        assert_eq!(w.split(&[]), vec![&[][..]]);
+        let empty: &[u32] = &[];
+        assert_eq!(w.split(empty), vec![empty]);
     }
 
     #[test]
