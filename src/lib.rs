@@ -102,6 +102,7 @@ pub mod config;
 pub mod dimensions;
 pub mod eval;
 pub(crate) mod events;
+pub mod export;
 pub mod fleet;
 pub mod fuzzing;
 pub mod gate;

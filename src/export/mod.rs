@@ -1,0 +1,605 @@
+//! Verdict export: each judged trace's verdicts sent to where people read traces, on the span whose
+//! answer was judged: OpenTelemetry `gen_ai.evaluation.result` log records (and, optionally,
+//! zero-length child spans) over OTLP/HTTP or OTLP/gRPC, and Phoenix span annotations.
+//!
+//! ```text
+//! recorder (offline verdict on every trace, LLM verdicts and failures on the sample)
+//!   └─ Exporter::offer: one VerdictEvent per metric ─► try_send, one bounded queue per target
+//!        (full: dropped, queue_full; no span id: dropped, no_span)      │
+//!                                                                       ▼
+//!                         run_target: batches (batch_max, batch_delay_ms) ─► Target::send
+//!                         retries with exponential backoff on retryable answers; at shutdown
+//!                         the queue is sent until flush_timeout_ms, the rest dropped (shutdown)
+//! ```
+//!
+//! Judging never waits for a target: the only call on the judging path is a `try_send`. What a
+//! verdict carries is bounded: a label from [`VerdictLabel`], the judge's identity, and an
+//! explanation only when `export.explanations` is on, from the claims the LLM judge was shown
+//! (redacted) and cut to `export.explanation_max_bytes`.
+
+pub mod config;
+mod otlp;
+mod phoenix;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::dimensions::{JudgeKind, Quality};
+use crate::judge::Verdict;
+use crate::metrics::Metrics;
+use crate::sample::Variants;
+use crate::trace::Trace;
+use crate::trace::metadata::MetadataField;
+use config::ExportConfig;
+
+/// What a verdict says, from a bounded set (a Prometheus-safe and trace-view-safe label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VerdictLabel {
+    /// Faithfulness at or above `export.label_threshold`.
+    Faithful,
+    /// Faithfulness below it.
+    Unfaithful,
+    /// A relevancy score at or above the threshold.
+    Relevant,
+    /// A relevancy score below it.
+    Irrelevant,
+    /// The answer makes no claims: faithfulness has no score.
+    NoClaims,
+    /// The answer declines to answer.
+    Refusal,
+    /// The judge failed on this trace (`error.type` says why).
+    Failed,
+}
+
+impl VerdictLabel {
+    /// Every label.
+    pub const ALL: [VerdictLabel; 7] = [
+        VerdictLabel::Faithful,
+        VerdictLabel::Unfaithful,
+        VerdictLabel::Relevant,
+        VerdictLabel::Irrelevant,
+        VerdictLabel::NoClaims,
+        VerdictLabel::Refusal,
+        VerdictLabel::Failed,
+    ];
+
+    /// The label as sent.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictLabel::Faithful => "faithful",
+            VerdictLabel::Unfaithful => "unfaithful",
+            VerdictLabel::Relevant => "relevant",
+            VerdictLabel::Irrelevant => "irrelevant",
+            VerdictLabel::NoClaims => "no_claims",
+            VerdictLabel::Refusal => "refusal",
+            VerdictLabel::Failed => "failed",
+        }
+    }
+}
+
+/// One metric's verdict from one judge on one span: what every target sends, in its own shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictEvent {
+    /// The W3C trace id of the judged span.
+    pub trace_id: [u8; 16],
+    /// The judged span's id.
+    pub span_id: [u8; 8],
+    /// The trace id ragwatch knows the trace by (the hex of `trace_id` for OTLP input).
+    pub ragwatch_trace_id: String,
+    /// The metric (`gen_ai.evaluation.name`).
+    pub metric: Quality,
+    /// The judge tier.
+    pub judge: JudgeKind,
+    /// The score, absent for no claims and failures.
+    pub score: Option<f64>,
+    /// The label.
+    pub label: VerdictLabel,
+    /// The unsupported and contradicted claims, with `export.explanations`.
+    pub explanation: Option<String>,
+    /// Why the judge failed (an `LlmError` kind), for `failed`.
+    pub error_type: Option<&'static str>,
+    /// The judge's identity, as in `ragwatch_judge_info` and the verdict records.
+    pub judge_model: Arc<str>,
+    /// The LLM judge's prompt revision.
+    pub prompt_version: Option<Arc<str>>,
+    /// The trace's stratum.
+    pub stratum: String,
+    /// The release that served the trace, when `[variants]` is on.
+    pub variant: Option<String>,
+    /// The model response's id, when the trace carries it.
+    pub response_id: Option<String>,
+    /// When the verdict was made, in ns since the epoch.
+    pub time_unix_nano: u64,
+}
+
+/// Why a batch was not accepted. Knows whether trying again may help.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// An HTTP answer other than 2xx, with its `Retry-After` when it gave one.
+    #[error("HTTP {0}")]
+    Status(u16, Option<Duration>),
+    /// A gRPC status other than OK.
+    #[error("gRPC {0:?}")]
+    Grpc(tonic::Code),
+    /// No answer: connection refused or reset, a timeout.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The target does not know the judged span yet (its spans are still on their way).
+    #[error("the judged span is not there yet")]
+    SpanNotYet,
+}
+
+impl SendError {
+    /// Whether another try may be accepted: HTTP 429 and 5xx, gRPC UNAVAILABLE and
+    /// RESOURCE_EXHAUSTED, and transport errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SendError::Status(s, _) => *s == 429 || (500..600).contains(s),
+            SendError::Grpc(c) => {
+                matches!(c, tonic::Code::Unavailable | tonic::Code::ResourceExhausted)
+            }
+            SendError::Transport(_) | SendError::SpanNotYet => true,
+        }
+    }
+
+    /// The wait the target asked for (HTTP `Retry-After` in seconds).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SendError::Status(_, after) => *after,
+            _ => None,
+        }
+    }
+}
+
+/// Why export cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportSetupError {
+    /// A target's client could not be built.
+    #[error("export.{0}: {1}")]
+    Client(&'static str, String),
+}
+
+/// A destination of verdict events.
+#[derive(Debug)]
+enum Target {
+    Otlp(otlp::OtlpTarget),
+    Phoenix(phoenix::PhoenixTarget),
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Otlp(_) => "otlp",
+            Target::Phoenix(_) => "phoenix",
+        }
+    }
+
+    async fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<(), SendError> {
+        match self {
+            Target::Otlp(t) => t.send(batch).await,
+            Target::Phoenix(t) => t.send(batch).await,
+        }
+    }
+}
+
+/// The judging side of export: turns verdicts into events and queues them, never waiting.
+#[derive(Debug)]
+pub struct Exporter {
+    config: ExportConfig,
+    metrics: Arc<Metrics>,
+    queues: Vec<(&'static str, mpsc::Sender<Arc<VerdictEvent>>)>,
+    variants: Option<Variants>,
+    trace_id_field: Option<MetadataField>,
+    span_id_field: Option<MetadataField>,
+    response_id_field: Option<MetadataField>,
+    offline_model: Arc<str>,
+    llm_model: Arc<str>,
+    prompt_version: Arc<str>,
+}
+
+/// The sending side of export: one task per target, started by [`ExportTasks::run`].
+#[derive(Debug)]
+pub struct ExportTasks {
+    config: ExportConfig,
+    metrics: Arc<Metrics>,
+    targets: Vec<(Target, mpsc::Receiver<Arc<VerdictEvent>>)>,
+}
+
+impl Exporter {
+    /// The exporter of `config.export` and its tasks; `None` when no target is configured. The
+    /// OpenTelemetry target reads the `OTEL_EXPORTER_OTLP_*` variables from `env`, Phoenix its key.
+    pub fn try_new(
+        config: &Config,
+        env: &HashMap<String, String>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Option<(Exporter, ExportTasks)>, ExportSetupError> {
+        let c = &config.export;
+        if !c.enabled() {
+            return Ok(None);
+        }
+        let mut targets = Vec::new();
+        if let Some(o) = &c.otlp {
+            targets.push(Target::Otlp(otlp::OtlpTarget::try_new(o, env)?));
+        }
+        if let Some(p) = &c.phoenix {
+            targets.push(Target::Phoenix(phoenix::PhoenixTarget::try_new(p, env)?));
+        }
+        let mut queues = Vec::new();
+        let mut tasks = Vec::new();
+        for target in targets {
+            let (tx, rx) = mpsc::channel(c.queue_capacity);
+            queues.push((target.name(), tx));
+            tasks.push((target, rx));
+        }
+        let field = |f: &Option<String>| f.as_deref().map(MetadataField::of_pointer);
+        let offline = crate::judge::OfflineJudge::default();
+        let version = offline.model().report["version"]
+            .as_str()
+            .unwrap_or("dev")
+            .to_owned();
+        let exporter = Exporter {
+            config: c.clone(),
+            metrics: Arc::clone(&metrics),
+            queues,
+            variants: Variants::new(&config.variants),
+            trace_id_field: field(&c.trace_id_field),
+            span_id_field: field(&c.span_id_field),
+            response_id_field: field(&c.response_id_field),
+            offline_model: format!("offline-{version}").into(),
+            llm_model: crate::judge::llm::LlmJudge::model_id(&config.llm).into(),
+            prompt_version: config.llm.prompt_version.as_str().into(),
+        };
+        let tasks = ExportTasks {
+            config: c.clone(),
+            metrics,
+            targets: tasks,
+        };
+        Ok(Some((exporter, tasks)))
+    }
+
+    /// Queues the events of a verdict on `trace` in `stratum` (the offline judge's only with
+    /// `export.offline`).
+    pub fn verdict(&self, stratum: &str, trace: &Trace, verdict: &Verdict) {
+        if verdict.judge == JudgeKind::Offline && !self.config.offline {
+            return;
+        }
+        let Some(base) = self.base(stratum, trace, verdict.judge) else {
+            self.drop_all(Quality::ALL.len(), "no_span");
+            return;
+        };
+        let base = match verdict.judge {
+            JudgeKind::Llm => VerdictEvent {
+                judge_model: verdict.details["judge_model"]
+                    .as_str()
+                    .map_or_else(|| Arc::clone(&self.llm_model), Into::into),
+                ..base
+            },
+            _ => base,
+        };
+        for metric in Quality::ALL {
+            let score = verdict.score(metric);
+            let label = match (metric, score) {
+                _ if verdict.refusal
+                    && matches!(metric, Quality::Faithfulness | Quality::AnswerRelevancy) =>
+                {
+                    VerdictLabel::Refusal
+                }
+                (Quality::Faithfulness, None) => VerdictLabel::NoClaims,
+                (_, None) => continue,
+                (Quality::Faithfulness, Some(s)) if s >= self.config.label_threshold => {
+                    VerdictLabel::Faithful
+                }
+                (Quality::Faithfulness, Some(_)) => VerdictLabel::Unfaithful,
+                (_, Some(s)) if s >= self.config.label_threshold => VerdictLabel::Relevant,
+                (_, Some(_)) => VerdictLabel::Irrelevant,
+            };
+            let explanation = (metric == Quality::Faithfulness
+                && verdict.judge == JudgeKind::Llm
+                && self.config.explanations)
+                .then(|| explanation(&verdict.details, self.config.explanation_max_bytes))
+                .flatten();
+            self.offer(VerdictEvent {
+                metric,
+                score,
+                label,
+                explanation,
+                ..base.clone()
+            });
+        }
+    }
+
+    /// Queues `failed` events for each metric of an LLM judge failure (`kind`: the error's kind).
+    pub fn failed(&self, stratum: &str, trace: &Trace, kind: &'static str) {
+        let Some(base) = self.base(stratum, trace, JudgeKind::Llm) else {
+            self.drop_all(Quality::ALL.len(), "no_span");
+            return;
+        };
+        for metric in Quality::ALL {
+            self.offer(VerdictEvent {
+                metric,
+                label: VerdictLabel::Failed,
+                error_type: Some(kind),
+                ..base.clone()
+            });
+        }
+    }
+
+    /// The parts of an event every metric's shares; `None` without a judged span.
+    fn base(&self, stratum: &str, trace: &Trace, judge: JudgeKind) -> Option<VerdictEvent> {
+        let (trace_id, span_id) = self.span_of(trace)?;
+        let read = |f: &Option<MetadataField>| f.as_ref().and_then(|f| f.read(&trace.metadata));
+        let llm = judge == JudgeKind::Llm;
+        Some(VerdictEvent {
+            trace_id,
+            span_id,
+            ragwatch_trace_id: trace.trace_id.clone(),
+            metric: Quality::Faithfulness,
+            judge,
+            score: None,
+            label: VerdictLabel::Failed,
+            explanation: None,
+            error_type: None,
+            judge_model: Arc::clone(if llm {
+                &self.llm_model
+            } else {
+                &self.offline_model
+            }),
+            prompt_version: llm.then(|| Arc::clone(&self.prompt_version)),
+            stratum: stratum.to_owned(),
+            variant: self
+                .variants
+                .as_ref()
+                .map(|v| v.name(v.assign(trace)).to_owned()),
+            response_id: read(&self.response_id_field),
+            time_unix_nano: crate::clock::now_ms().saturating_mul(1_000_000),
+        })
+    }
+
+    /// The judged span: from OTLP assembly, else the configured metadata fields (the trace id
+    /// defaulting to the trace's own when it is a W3C one).
+    fn span_of(&self, trace: &Trace) -> Option<([u8; 16], [u8; 8])> {
+        let trace_hex = match &self.trace_id_field {
+            Some(f) => f.read(&trace.metadata)?,
+            None => trace.trace_id.clone(),
+        };
+        let trace_id = hex_id::<16>(&trace_hex)?;
+        let span_id = match (trace.span_id, &self.span_id_field) {
+            (Some(id), _) => id.to_be_bytes(),
+            (None, Some(f)) => hex_id::<8>(&f.read(&trace.metadata)?)?,
+            (None, None) => return None,
+        };
+        Some((trace_id, span_id))
+    }
+
+    /// Offers one event to every target's queue; never waits.
+    fn offer(&self, event: VerdictEvent) {
+        let event = Arc::new(event);
+        for (name, tx) in &self.queues {
+            let reason = match tx.try_send(Arc::clone(&event)) {
+                Ok(()) => continue,
+                Err(mpsc::error::TrySendError::Full(_)) => "queue_full",
+                Err(mpsc::error::TrySendError::Closed(_)) => "shutdown",
+            };
+            self.metrics
+                .export_dropped
+                .with_label_values(&[name, reason])
+                .inc();
+        }
+    }
+
+    fn drop_all(&self, n: usize, reason: &str) {
+        for (name, _) in &self.queues {
+            self.metrics
+                .export_dropped
+                .with_label_values(&[name, reason])
+                .inc_by(n as u64);
+        }
+    }
+}
+
+impl ExportTasks {
+    /// Runs every target until `stop`; then sends what is queued until `export.flush_timeout_ms`
+    /// has passed, and counts what is left as dropped (`shutdown`).
+    pub async fn run(self, stop: CancellationToken) {
+        let abandon = CancellationToken::new();
+        let flush = Duration::from_millis(self.config.flush_timeout_ms);
+        let timer = {
+            let (stop, abandon) = (stop.clone(), abandon.clone());
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                tokio::time::sleep(flush).await;
+                abandon.cancel();
+            })
+        };
+        let config = Arc::new(self.config);
+        let mut handles = Vec::new();
+        for (target, rx) in self.targets {
+            handles.push(tokio::spawn(run_target(
+                target,
+                rx,
+                Arc::clone(&config),
+                Arc::clone(&self.metrics),
+                stop.clone(),
+                abandon.clone(),
+            )));
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        timer.abort();
+    }
+}
+
+/// One target's loop: batch, send with retries, and at the end flush within the deadline.
+async fn run_target(
+    target: Target,
+    mut rx: mpsc::Receiver<Arc<VerdictEvent>>,
+    config: Arc<ExportConfig>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    abandon: CancellationToken,
+) {
+    let name = target.name();
+    let dropped = |n: usize| {
+        metrics
+            .export_dropped
+            .with_label_values(&[name, "shutdown"])
+            .inc_by(n as u64);
+    };
+    while let Some(batch) = next_batch(&mut rx, &config, &stop).await {
+        let outcome = tokio::select! {
+            biased;
+            _ = abandon.cancelled() => None,
+            o = send_with_retries(&target, &batch, &config, &abandon) => Some(o),
+        };
+        let Some(outcome) = outcome else {
+            dropped(batch.len());
+            break;
+        };
+        metrics
+            .export_sent
+            .with_label_values(&[name, outcome])
+            .inc_by(batch.len() as u64);
+    }
+    rx.close();
+    let mut left = 0;
+    while rx.try_recv().is_ok() {
+        left += 1;
+    }
+    dropped(left);
+}
+
+/// The next batch: waits for a first event (until `stop`), then for more until the batch is full
+/// or `batch_delay_ms` has passed. After `stop`, what is queued without waiting; `None` when
+/// nothing is left.
+async fn next_batch(
+    rx: &mut mpsc::Receiver<Arc<VerdictEvent>>,
+    config: &ExportConfig,
+    stop: &CancellationToken,
+) -> Option<Vec<Arc<VerdictEvent>>> {
+    let mut batch = Vec::new();
+    if !stop.is_cancelled() {
+        tokio::select! {
+            biased;
+            e = rx.recv() => batch.push(e?),
+            _ = stop.cancelled() => {}
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(config.batch_delay_ms);
+    while batch.len() < config.batch_max {
+        if stop.is_cancelled() {
+            match rx.try_recv() {
+                Ok(e) => batch.push(e),
+                Err(_) => break,
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            e = rx.recv() => match e {
+                Some(e) => batch.push(e),
+                None => break,
+            },
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    (!batch.is_empty()).then_some(batch)
+}
+
+/// Sends a batch, trying again on retryable errors after an exponential backoff (or the wait the
+/// target asked for, within the cap), up to `max_attempts`. The outcome label.
+async fn send_with_retries(
+    target: &Target,
+    batch: &[Arc<VerdictEvent>],
+    config: &ExportConfig,
+    abandon: &CancellationToken,
+) -> &'static str {
+    let mut wait = Duration::from_millis(config.backoff_initial_ms);
+    let cap = Duration::from_millis(config.backoff_max_ms);
+    for attempt in 1..=config.max_attempts {
+        match target.send(batch).await {
+            Ok(()) => return "ok",
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(target = target.name(), error = %e, events = batch.len(), "verdict export rejected; not retrying");
+                return "rejected";
+            }
+            Err(e) if attempt == config.max_attempts => {
+                tracing::warn!(target = target.name(), error = %e, events = batch.len(), attempts = attempt, "verdict export failed");
+                return "failed";
+            }
+            Err(e) => {
+                tracing::debug!(target = target.name(), error = %e, attempt, "verdict export failed; retrying");
+                let sleep = e.retry_after().unwrap_or(wait).min(cap);
+                tokio::select! {
+                    _ = abandon.cancelled() => return "failed",
+                    _ = tokio::time::sleep(sleep) => {}
+                }
+                wait = (wait * 2).min(cap);
+            }
+        }
+    }
+    "failed"
+}
+
+/// The LLM judge's unsupported and contradicted claims, `; `-joined, cut to `max_bytes` on a
+/// character boundary (`…` marking the cut). `None` when there are none.
+fn explanation(details: &serde_json::Value, max_bytes: usize) -> Option<String> {
+    let claims = details["claims"].as_array()?;
+    let mut out = String::new();
+    for c in claims {
+        let (Some(claim), Some(verdict)) = (c["claim"].as_str(), c["verdict"].as_str()) else {
+            continue;
+        };
+        if verdict == "supported" {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(claim.trim());
+        out.push_str(" (");
+        out.push_str(verdict);
+        out.push(')');
+    }
+    if out.is_empty() {
+        return None;
+    }
+    if out.len() > max_bytes {
+        let mut cut = max_bytes.saturating_sub('…'.len_utf8());
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    Some(out)
+}
+
+/// Parses `N` bytes of lowercase or uppercase hex (`2N` digits); all-zero ids are invalid.
+fn hex_id<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let s = s.trim();
+    if s.len() != 2 * N || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    out.iter().any(|&b| b != 0).then_some(out)
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
