@@ -603,3 +603,329 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         s
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The exporter against loopback sinks in the test's runtime: what is sent, the retries, the
+    //! drops, the flush.
+
+    use std::sync::Mutex;
+
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message;
+
+    use super::*;
+    use crate::judge::Citations;
+
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const SPAN: u64 = 0xb7ad6b7169203331;
+
+    /// What a sink received: path, headers, body.
+    type Received = Arc<Mutex<Vec<(String, HeaderMap, Bytes)>>>;
+
+    /// A loopback HTTP sink answering `fail` requests with `status` first, then 200 (after
+    /// `delay` each).
+    async fn sink(fail: usize, status: u16, delay: Duration) -> (String, Received) {
+        let received: Received = Arc::default();
+        let left = Arc::new(Mutex::new(fail));
+        let app = axum::Router::new().fallback({
+            let received = Arc::clone(&received);
+            move |uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (received, left) = (Arc::clone(&received), Arc::clone(&left));
+                async move {
+                    tokio::time::sleep(delay).await;
+                    received
+                        .lock()
+                        .unwrap()
+                        .push((uri.path().to_owned(), headers, body));
+                    let mut left = left.lock().unwrap();
+                    if *left > 0 {
+                        *left -= 1;
+                        StatusCode::from_u16(status).unwrap()
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), received)
+    }
+
+    fn exporter(toml: &str, env: &[(&str, &str)]) -> (Exporter, ExportTasks) {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let config = Config::from_toml_with_env(toml, &env).unwrap();
+        let metrics = Arc::new(Metrics::new(
+            &["default".to_owned(), "head".to_owned()],
+            "test",
+        ));
+        Exporter::try_new(&config, &env, metrics).unwrap().unwrap()
+    }
+
+    fn trace(span: Option<u64>) -> Trace {
+        Trace {
+            trace_id: TRACE.into(),
+            span_id: span,
+            ..Trace::of("Who wrote it?", &[("d0", "Ann wrote it.")], "Bob wrote it.")
+        }
+    }
+
+    fn llm_verdict() -> Verdict {
+        Verdict {
+            judge: JudgeKind::Llm,
+            scores: crate::dimensions::PerQuality::default()
+                .with(Quality::Faithfulness, Some(0.0))
+                .with(Quality::AnswerRelevancy, Some(0.9)),
+            refusal: false,
+            uncertain: false,
+            citations: Citations::default(),
+            details: serde_json::json!({
+                "judge_model": "m+e@v3/one_call/json_schema",
+                "claims": [
+                    {"claim": "Bob wrote it.", "verdict": "contradicted"},
+                    {"claim": "It is a book.", "verdict": "supported"},
+                ],
+            }),
+        }
+    }
+
+    fn count(m: &Metrics, family: &str, target: &str, label: &str) -> u64 {
+        match family {
+            "sent" => m.export_sent.with_label_values(&[target, label]).get(),
+            _ => m.export_dropped.with_label_values(&[target, label]).get(),
+        }
+    }
+
+    fn attr<'a>(
+        attrs: &'a [opentelemetry_proto::tonic::common::v1::KeyValue],
+        key: &str,
+    ) -> Option<&'a Any> {
+        attrs
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref()?.value.as_ref())
+    }
+
+    /// An LLM verdict becomes one log record per scored metric on the judged span, with the
+    /// evaluation attributes, the provenance and (opted in) the unsupported claims; the child
+    /// spans are parented to the judged span. The standard variables name the endpoint and the
+    /// headers; the body is gzipped when asked.
+    #[tokio::test]
+    async fn llm_verdicts_become_evaluation_records_on_the_judged_span() {
+        let (url, received) = sink(0, 200, Duration::ZERO).await;
+        let toml = "[export]\nexplanations = true\nbatch_delay_ms = 10\n[export.otlp]\nchild_spans = true\n";
+        let (exporter, tasks) = exporter(
+            toml,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &url),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t%201"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ],
+        );
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        exporter.verdict("default", &trace(Some(SPAN)), &llm_verdict());
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "otlp", "ok"), 2);
+        let received = received.lock().unwrap();
+        let paths: Vec<&str> = received.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(paths, ["/v1/logs", "/v1/traces"]);
+        let (_, headers, body) = &received[0];
+        assert_eq!(headers["x-tenant"], "t 1");
+        assert_eq!(headers["content-encoding"], "gzip");
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .unwrap();
+        let logs = ExportLogsServiceRequest::decode(&plain[..]).unwrap();
+        let records = &logs.resource_logs[0].scope_logs[0].log_records;
+        assert_eq!(records.len(), 2);
+        let f = &records[0];
+        assert_eq!(f.event_name, "gen_ai.evaluation.result");
+        assert_eq!(hex(&f.trace_id), TRACE);
+        assert_eq!(f.span_id, SPAN.to_be_bytes());
+        let a = &f.attributes;
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.name"),
+            Some(&Any::StringValue("faithfulness".into()))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.score.value"),
+            Some(&Any::DoubleValue(0.0))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.score.label"),
+            Some(&Any::StringValue("unfaithful".into()))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.explanation"),
+            Some(&Any::StringValue("Bob wrote it. (contradicted)".into()))
+        );
+        assert_eq!(
+            attr(a, "ragwatch.judge.model"),
+            Some(&Any::StringValue("m+e@v3/one_call/json_schema".into()))
+        );
+        assert_eq!(
+            attr(&records[1].attributes, "gen_ai.evaluation.score.label"),
+            Some(&Any::StringValue("relevant".into()))
+        );
+        assert!(attr(&records[1].attributes, "gen_ai.evaluation.explanation").is_none());
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&received[1].2[..]),
+            &mut plain,
+        )
+        .unwrap();
+        let spans = ExportTraceServiceRequest::decode(&plain[..]).unwrap();
+        let spans = &spans.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 2);
+        assert!(spans.iter().all(|s| s.parent_span_id == SPAN.to_be_bytes()
+            && s.start_time_unix_nano == s.end_time_unix_nano
+            && s.span_id != SPAN.to_be_bytes()));
+    }
+
+    /// Phoenix: one annotation per metric, named by the metric, LLM or CODE by judge, with the
+    /// key as a bearer token; 503s are retried with backoff until accepted.
+    #[tokio::test]
+    async fn phoenix_annotations_are_retried_on_503_and_carry_the_key() {
+        let (url, received) = sink(2, 503, Duration::ZERO).await;
+        let toml = format!(
+            "[export]\nbatch_delay_ms = 10\nbackoff_initial_ms = 5\n[export.phoenix]\nbase_url = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[("PHOENIX_API_KEY", "k1")]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        exporter.verdict(
+            "head",
+            &trace(Some(SPAN)),
+            &Verdict::with_faithfulness(JudgeKind::Offline, 0.75),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 1);
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 3, "two 503s, then accepted");
+        let (path, headers, body) = &received[2];
+        assert_eq!(path, "/v1/span_annotations");
+        assert_eq!(headers["authorization"], "Bearer k1");
+        let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let a = &body["data"][0];
+        assert_eq!(a["span_id"], format!("{SPAN:016x}"));
+        assert_eq!(a["name"], "faithfulness");
+        assert_eq!(a["annotator_kind"], "CODE");
+        assert_eq!(a["identifier"], "ragwatch.offline");
+        assert_eq!(a["result"]["label"], "faithful");
+        assert_eq!(a["result"]["score"], 0.75);
+        assert_eq!(a["metadata"]["stratum"], "head");
+        assert!(
+            a["metadata"]["judge_model"]
+                .as_str()
+                .unwrap()
+                .starts_with("offline-")
+        );
+    }
+
+    /// A trace with no judged span is not sent (counted `no_span`), nor is a 400 retried
+    /// (counted `rejected`); native traces name the span in their metadata.
+    #[tokio::test]
+    async fn no_span_and_rejections_are_counted() {
+        let (url, received) = sink(1, 400, Duration::ZERO).await;
+        let toml = format!(
+            "[export]\nbatch_delay_ms = 10\nspan_id_field = \"/otel/span_id\"\n[export.otlp]\nendpoint = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
+        exporter.verdict("default", &trace(None), &offline);
+        assert_eq!(count(&metrics, "dropped", "otlp", "no_span"), 3);
+        let mut native = trace(None);
+        native.metadata = crate::trace::metadata::Metadata::from_checked_text(
+            r#"{"otel":{"span_id":"00f067aa0ba902b7"}}"#,
+        );
+        exporter.verdict("default", &native, &offline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        exporter.verdict("default", &native, &offline);
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "otlp", "rejected"), 1);
+        assert_eq!(count(&metrics, "sent", "otlp", "ok"), 1);
+        let received = received.lock().unwrap();
+        let logs = ExportLogsServiceRequest::decode(&received[1].2[..]).unwrap();
+        let r = &logs.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(hex(&r.span_id), "00f067aa0ba902b7");
+    }
+
+    /// A target that answers slowly: offering never waits (a thousand verdicts offered in well
+    /// under the time one request takes), the queue's overflow is counted `queue_full`, and what is
+    /// still queued when the flush deadline passes is counted `shutdown`: every event is
+    /// accounted for.
+    #[tokio::test]
+    async fn a_slow_target_never_slows_the_offer_and_every_event_is_counted() {
+        let (url, _received) = sink(0, 200, Duration::from_millis(500)).await;
+        let toml = format!(
+            "[export]\nqueue_capacity = 8\nbatch_max = 2\nbatch_delay_ms = 1\nflush_timeout_ms = 100\n[export.otlp]\nendpoint = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
+        let started = std::time::Instant::now();
+        for _ in 0..1000 {
+            exporter.verdict("default", &trace(Some(SPAN)), &offline);
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+        stop.cancel();
+        run.await.unwrap();
+        let sent: u64 = crate::metrics::EXPORT_OUTCOMES
+            .iter()
+            .map(|o| count(&metrics, "sent", "otlp", o))
+            .sum();
+        let dropped: u64 = crate::metrics::EXPORT_DROP_REASONS
+            .iter()
+            .map(|r| count(&metrics, "dropped", "otlp", r))
+            .sum();
+        assert_eq!(sent + dropped, 1000);
+        assert!(count(&metrics, "dropped", "otlp", "queue_full") >= 990 - 8);
+        assert!(count(&metrics, "dropped", "otlp", "shutdown") > 0);
+    }
+
+    #[test]
+    fn explanations_are_cut_on_a_character_boundary() {
+        let details = serde_json::json!({"claims": [
+            {"claim": "é".repeat(40), "verdict": "unsupported"},
+        ]});
+        let e = explanation(&details, 21).unwrap();
+        assert!(e.len() <= 21 && e.ends_with('…'), "{e}");
+        assert_eq!(explanation(&serde_json::json!({"claims": []}), 64), None);
+    }
+
+    #[test]
+    fn only_w3c_ids_are_taken() {
+        assert_eq!(
+            hex_id::<8>("00f067aa0ba902b7").map(|b| hex(&b)).as_deref(),
+            Some("00f067aa0ba902b7")
+        );
+        assert_eq!(hex_id::<8>("0000000000000000"), None);
+        assert_eq!(hex_id::<8>("+0f067aa0ba902b7"), None);
+        assert_eq!(hex_id::<16>("abc"), None);
+    }
+}
