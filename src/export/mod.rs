@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+pub use crate::dimensions::VerdictLabel;
 use crate::dimensions::{JudgeKind, Quality};
 use crate::judge::Verdict;
 use crate::metrics::Metrics;
@@ -37,51 +38,6 @@ use crate::sample::Variants;
 use crate::trace::Trace;
 use crate::trace::metadata::MetadataField;
 use config::ExportConfig;
-
-/// What a verdict says, from a bounded set (a Prometheus-safe and trace-view-safe label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VerdictLabel {
-    /// Faithfulness at or above `export.label_threshold`.
-    Faithful,
-    /// Faithfulness below it.
-    Unfaithful,
-    /// A relevancy score at or above the threshold.
-    Relevant,
-    /// A relevancy score below it.
-    Irrelevant,
-    /// The answer makes no claims: faithfulness has no score.
-    NoClaims,
-    /// The answer declines to answer.
-    Refusal,
-    /// The judge failed on this trace (`error.type` says why).
-    Failed,
-}
-
-impl VerdictLabel {
-    /// Every label.
-    pub const ALL: [VerdictLabel; 7] = [
-        VerdictLabel::Faithful,
-        VerdictLabel::Unfaithful,
-        VerdictLabel::Relevant,
-        VerdictLabel::Irrelevant,
-        VerdictLabel::NoClaims,
-        VerdictLabel::Refusal,
-        VerdictLabel::Failed,
-    ];
-
-    /// The label as sent.
-    pub fn name(self) -> &'static str {
-        match self {
-            VerdictLabel::Faithful => "faithful",
-            VerdictLabel::Unfaithful => "unfaithful",
-            VerdictLabel::Relevant => "relevant",
-            VerdictLabel::Irrelevant => "irrelevant",
-            VerdictLabel::NoClaims => "no_claims",
-            VerdictLabel::Refusal => "refusal",
-            VerdictLabel::Failed => "failed",
-        }
-    }
-}
 
 /// One metric's verdict from one judge on one span: what every target sends, in its own shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -284,22 +240,17 @@ impl Exporter {
         };
         for metric in Quality::ALL {
             let score = verdict.score(metric);
-            let label = match (metric, score) {
-                _ if verdict.refusal
-                    && matches!(metric, Quality::Faithfulness | Quality::AnswerRelevancy) =>
-                {
-                    VerdictLabel::Refusal
-                }
-                (Quality::Faithfulness, None) => VerdictLabel::NoClaims,
-                (_, None) => continue,
-                (Quality::Faithfulness, Some(s)) if s >= self.config.label_threshold => {
-                    VerdictLabel::Faithful
-                }
-                (Quality::Faithfulness, Some(_)) => VerdictLabel::Unfaithful,
-                (_, Some(s)) if s >= self.config.label_threshold => VerdictLabel::Relevant,
-                (_, Some(_)) => VerdictLabel::Irrelevant,
+            let spec = &metric.spec().labels;
+            let label = match score {
+                _ if verdict.refusal && spec.refusal => VerdictLabel::Refusal,
+                None => match spec.unscored {
+                    Some(l) => l,
+                    None => continue,
+                },
+                Some(s) if s >= self.config.label_threshold => spec.above,
+                Some(_) => spec.below,
             };
-            let explanation = (metric == Quality::Faithfulness
+            let explanation = (spec.claims_explain
                 && verdict.judge == JudgeKind::Llm
                 && self.config.explanations)
                 .then(|| explanation(&verdict.details, self.config.explanation_max_bytes))
@@ -339,7 +290,7 @@ impl Exporter {
             trace_id,
             span_id,
             ragwatch_trace_id: trace.trace_id.clone(),
-            metric: Quality::Faithfulness,
+            metric: Quality::ALL[0],
             judge,
             score: None,
             label: VerdictLabel::Failed,
