@@ -93,8 +93,13 @@ impl PhoenixTarget {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let missing = if status.as_u16() == 404 {
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            missing_ids(body["detail"].as_str().unwrap_or(""))
+            // Phoenix answers in plain text; a JSON `detail` is read too.
+            let body = response.text().await.unwrap_or_default();
+            let detail = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["detail"].as_str().map(str::to_owned))
+                .unwrap_or(body);
+            missing_ids(detail.trim())
         } else {
             Vec::new()
         };

@@ -408,7 +408,12 @@ fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
         || {
             let m = run.receiver.metrics()?;
             let llm = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
-            let sent = |t| m.sum("ragwatch_export_sent_total", &[("target", t)]);
+            let sent = |t| {
+                m.sum(
+                    "ragwatch_export_sent_total",
+                    &[("target", t), ("outcome", "ok")],
+                )
+            };
             let dropped = m.sum("ragwatch_export_dropped_total", &[]);
             // The offline judge's events and the LLM judge's, three metrics at most each.
             (llm >= N as f64
