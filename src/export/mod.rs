@@ -225,20 +225,8 @@ impl Exporter {
         if verdict.judge == JudgeKind::Offline && !self.config.offline {
             return;
         }
-        let Some(base) = self.base(stratum, trace, verdict.judge) else {
-            self.drop_all(Quality::ALL.len(), "no_span");
-            return;
-        };
-        let base = match verdict.judge {
-            JudgeKind::Llm => VerdictEvent {
-                judge_model: verdict.details["judge_model"]
-                    .as_str()
-                    .map_or_else(|| Arc::clone(&self.llm_model), Into::into),
-                ..base
-            },
-            _ => base,
-        };
-        for metric in Quality::ALL {
+        let mut labelled = [None; Quality::COUNT];
+        for (slot, metric) in labelled.iter_mut().zip(Quality::ALL) {
             let score = verdict.score(metric);
             let spec = &metric.spec().labels;
             let label = match score {
@@ -250,7 +238,28 @@ impl Exporter {
                 Some(s) if s >= self.config.label_threshold => spec.above,
                 Some(_) => spec.below,
             };
-            let explanation = (spec.claims_explain
+            *slot = Some((metric, score, label));
+        }
+        let n = labelled.iter().flatten().count();
+        if self.full() {
+            self.drop_all(n, "queue_full");
+            return;
+        }
+        let Some(base) = self.base(stratum, trace, verdict.judge) else {
+            self.drop_all(n, "no_span");
+            return;
+        };
+        let base = match verdict.judge {
+            JudgeKind::Llm => VerdictEvent {
+                judge_model: verdict.details["judge_model"]
+                    .as_str()
+                    .map_or_else(|| Arc::clone(&self.llm_model), Into::into),
+                ..base
+            },
+            _ => base,
+        };
+        for (metric, score, label) in labelled.into_iter().flatten() {
+            let explanation = (metric.spec().labels.claims_explain
                 && verdict.judge == JudgeKind::Llm
                 && self.config.explanations)
                 .then(|| explanation(&verdict.details, self.config.explanation_max_bytes))
@@ -267,8 +276,12 @@ impl Exporter {
 
     /// Queues `failed` events for each metric of an LLM judge failure (`kind`: the error's kind).
     pub fn failed(&self, stratum: &str, trace: &Trace, kind: &'static str) {
+        if self.full() {
+            self.drop_all(Quality::COUNT, "queue_full");
+            return;
+        }
         let Some(base) = self.base(stratum, trace, JudgeKind::Llm) else {
-            self.drop_all(Quality::ALL.len(), "no_span");
+            self.drop_all(Quality::COUNT, "no_span");
             return;
         };
         for metric in Quality::ALL {
@@ -279,6 +292,12 @@ impl Exporter {
                 ..base.clone()
             });
         }
+    }
+
+    /// Every queue is full: the events are counted as dropped without being built (a target that
+    /// is down costs judging a few atomic reads per verdict).
+    fn full(&self) -> bool {
+        self.queues.iter().all(|(_, tx)| tx.capacity() == 0)
     }
 
     /// The parts of an event every metric's shares; `None` without a judged span.
@@ -802,7 +821,7 @@ mod tests {
         let run = tokio::spawn(tasks.run(stop.clone()));
         let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
         exporter.verdict("default", &trace(None), &offline);
-        assert_eq!(count(&metrics, "dropped", "otlp", "no_span"), 3);
+        assert_eq!(count(&metrics, "dropped", "otlp", "no_span"), 1);
         let mut native = trace(None);
         native.metadata = crate::trace::metadata::Metadata::from_checked_text(
             r#"{"otel":{"span_id":"00f067aa0ba902b7"}}"#,

@@ -567,8 +567,8 @@ fn file_run(dir: &Path, traces: &Path, n: usize, export: &str) -> (f64, Samples)
     let r = Ragwatch::start(&config, &[]);
     let m = wait_for("every trace judged", Duration::from_secs(120), || {
         let m = r.metrics()?;
-        (m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]) >= n as f64)
-            .then_some(m)
+        // Received is counted once the offline verdict is recorded, in the same call.
+        (m.sum("ragwatch_traces_received_total", &[]) >= n as f64).then_some(m)
     });
     let took = started.elapsed().as_secs_f64();
     r.sigterm();
@@ -582,7 +582,7 @@ fn file_run(dir: &Path, traces: &Path, n: usize, export: &str) -> (f64, Samples)
 /// the same counts, and the verdict events are counted: accepted, failed or dropped, none lost.
 #[test]
 fn a_down_or_slow_target_changes_no_count_and_its_drops_are_counted() {
-    let n = 20_000;
+    let n = 5_000;
     let dir = tempfile::tempdir().unwrap();
     let traces = dir.path().join("traces.jsonl");
     let mut text = String::new();
