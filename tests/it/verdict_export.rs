@@ -627,8 +627,10 @@ fn a_down_or_slow_target_changes_no_count_and_its_drops_are_counted() {
             "{family}"
         );
     }
+    // Judging that waited for the slow target would take minutes (two seconds a batch of 64 of
+    // about 15,000 events); the bound leaves room for a loaded machine's noise, not for waiting.
     assert!(
-        export_secs < plain_secs * 1.5 + 1.0,
+        export_secs < plain_secs * 2.0 + 2.0,
         "judging slowed down: {export_secs:.2} s against {plain_secs:.2} s"
     );
     // Drops are counted while the run goes on (the final scrape is before the flush).
