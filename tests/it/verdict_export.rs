@@ -139,11 +139,14 @@ fn post_bytes(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> 
         .unwrap_or(0)
 }
 
+/// The requests a [`Sink`] received: path and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A loopback OTLP/HTTP sink: keeps every request's path and body; answers each after `delay`
 /// with 200.
 struct Sink {
     addr: SocketAddr,
-    received: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    received: Received,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -154,7 +157,7 @@ impl Sink {
             .enable_all()
             .build()
             .unwrap();
-        let received: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+        let received: Received = Arc::default();
         let kept = Arc::clone(&received);
         let app =
             axum::Router::new().fallback(move |uri: axum::http::Uri, body: axum::body::Bytes| {
@@ -716,4 +719,141 @@ fn phoenix_trace_page_screenshot() {
             .arg(&url),
     );
     eprintln!("{url} -> {}", out.display());
+}
+
+/// OTLP/gRPC, gzipped, with headers from `OTEL_EXPORTER_OTLP_HEADERS`: a Python gRPC server of the
+/// logs and trace services (`grpcio` with the `opentelemetry-proto` package's stubs, in the Phoenix
+/// venv) receives the records and child spans of native traces whose span ids are in their
+/// metadata, on those spans.
+#[test]
+fn otlp_grpc_records_reach_a_python_grpc_server() {
+    const SERVER: &str = r#"
+import json, sys
+from concurrent import futures
+import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+out = open(sys.argv[1], "a")
+def value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+def write(d, context):
+    d["tenant"] = dict(context.invocation_metadata()).get("x-tenant")
+    out.write(json.dumps(d) + "\n")
+    out.flush()
+class Logs(logs_service_pb2_grpc.LogsServiceServicer):
+    def Export(self, request, context):
+        for rl in request.resource_logs:
+            for sl in rl.scope_logs:
+                for r in sl.log_records:
+                    write({"kind": "log", "trace_id": r.trace_id.hex(), "span_id": r.span_id.hex(),
+                           "event_name": r.event_name,
+                           "attributes": {a.key: value(a.value) for a in r.attributes}}, context)
+        return logs_service_pb2.ExportLogsServiceResponse()
+class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+    def Export(self, request, context):
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    write({"kind": "span", "trace_id": s.trace_id.hex(), "parent_span_id": s.parent_span_id.hex()}, context)
+        return trace_service_pb2.ExportTraceServiceResponse()
+server = grpc.server(futures.ThreadPoolExecutor(2))
+logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
+trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+server.wait_for_termination()
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received.jsonl");
+    let mut server = Command::new(venv_python("RAGWATCH_PHOENIX_PYTHON", "phoenix-venv"))
+        .arg("-c")
+        .arg(SERVER)
+        .arg(&received)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+
+    let n = 5;
+    let traces = dir.path().join("traces.jsonl");
+    let mut spans = BTreeMap::new();
+    let mut text = String::new();
+    for (id, json) in gen_traces(n, &["--seed", "9"]) {
+        let mut v: Value = serde_json::from_slice(&json).unwrap();
+        let h = fnv(&id);
+        let (trace, span) = (format!("{h:032x}"), format!("{:016x}", (h as u64) | 1));
+        v["trace_id"] = Value::from(trace.clone());
+        v["metadata"]["otel_span_id"] = Value::from(span.clone());
+        spans.insert(trace, span);
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&traces, text).unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = \"{}\"\nrate_per_sec = 0\nloop = false\n\
+             [export]\nspan_id_field = \"/otel_span_id\"\nbatch_delay_ms = 100\n\
+             [export.otlp]\nprotocol = \"grpc\"\nendpoint = \"http://127.0.0.1:{port}\"\ngzip = true\nchild_spans = true\n",
+            traces.display()
+        ),
+    )
+    .unwrap();
+    let r = Ragwatch::start(
+        &config,
+        &[("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t%201".to_owned())],
+    );
+    let m = wait_for("the events accepted", Duration::from_secs(60), || {
+        let m = r.metrics()?;
+        let ok = m.sum(
+            "ragwatch_export_sent_total",
+            &[("target", "otlp"), ("outcome", "ok")],
+        );
+        (m.sum("ragwatch_traces_received_total", &[]) == n as f64 && ok >= n as f64).then_some(m)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = server.kill();
+    let _ = server.wait();
+    let sent = m.sum("ragwatch_export_sent_total", &[("target", "otlp")]);
+    assert_eq!(
+        m.sum(
+            "ragwatch_export_sent_total",
+            &[("target", "otlp"), ("outcome", "ok")]
+        ),
+        sent
+    );
+    let got: Vec<Value> = std::fs::read_to_string(&received)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let logs: Vec<&Value> = got.iter().filter(|g| g["kind"] == "log").collect();
+    assert_eq!(logs.len() as f64, sent);
+    assert_eq!(got.len(), 2 * logs.len(), "a child span per record");
+    for g in &got {
+        assert_eq!(g["tenant"], "t 1", "{g}");
+        let trace = g["trace_id"].as_str().unwrap();
+        let span = &spans[trace];
+        if g["kind"] == "log" {
+            assert_eq!(g["span_id"], span.as_str());
+            assert_eq!(g["event_name"], "gen_ai.evaluation.result");
+            assert_eq!(g["attributes"]["ragwatch.judge"], "offline");
+        } else {
+            assert_eq!(g["parent_span_id"], span.as_str());
+        }
+    }
+    assert!(
+        spans
+            .keys()
+            .all(|t| logs.iter().any(|l| l["trace_id"] == t.as_str()))
+    );
 }
