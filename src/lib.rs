@@ -13,6 +13,7 @@
 //!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
 //!                   │    (+ each candidate's and the baseline's comparison arms)
 //!                   │    (+ changes::Changes: suspect documents and sources, question novelty, coverage)
+//!                   │    (+ export::Exporter: each verdict, try_send to the OTLP and Phoenix targets' queues)
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //!                          (redact::Redactor before the LLM judge's API and its verdict records)

@@ -123,28 +123,24 @@ pub struct PhoenixExportConfig {
 
 impl Default for ExportConfig {
     fn default() -> Self {
-        default_from_toml()
-    }
-}
-
-fn default_from_toml() -> ExportConfig {
-    ExportConfig {
-        queue_capacity: default_queue_capacity(),
-        batch_max: default_batch_max(),
-        batch_delay_ms: default_batch_delay_ms(),
-        max_attempts: default_max_attempts(),
-        backoff_initial_ms: default_backoff_initial_ms(),
-        backoff_max_ms: default_backoff_max_ms(),
-        flush_timeout_ms: default_flush_timeout_ms(),
-        offline: true,
-        explanations: false,
-        explanation_max_bytes: default_explanation_max_bytes(),
-        label_threshold: default_label_threshold(),
-        trace_id_field: None,
-        span_id_field: None,
-        response_id_field: None,
-        otlp: None,
-        phoenix: None,
+        ExportConfig {
+            queue_capacity: default_queue_capacity(),
+            batch_max: default_batch_max(),
+            batch_delay_ms: default_batch_delay_ms(),
+            max_attempts: default_max_attempts(),
+            backoff_initial_ms: default_backoff_initial_ms(),
+            backoff_max_ms: default_backoff_max_ms(),
+            flush_timeout_ms: default_flush_timeout_ms(),
+            offline: true,
+            explanations: false,
+            explanation_max_bytes: default_explanation_max_bytes(),
+            label_threshold: default_label_threshold(),
+            trace_id_field: None,
+            span_id_field: None,
+            response_id_field: None,
+            otlp: None,
+            phoenix: None,
+        }
     }
 }
 
@@ -240,4 +236,48 @@ fn default_phoenix_key_env() -> String {
 }
 fn default_timeout_ms() -> u64 {
     10_000
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::config::Config;
+
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_the_empty_sections_and_export_is_off() {
+        let parsed: ExportConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed, ExportConfig::default());
+        assert!(!parsed.enabled());
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let toml = "[export]\nqueue_capacity = 0\nbatch_max = 0\nmax_attempts = 0\n\
+                    backoff_initial_ms = 5\nbackoff_max_ms = 1\nexplanation_max_bytes = 3\n\
+                    label_threshold = 2.0\nspan_id_field = \"span\"\n\
+                    [export.otlp]\nendpoint = \"collector:4318\"\nprotocol = \"grpc\"\n\
+                    [export.phoenix]\nbase_url = \"phoenix\"\n";
+        let err = Config::from_toml_with_env(toml, &HashMap::new())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        for field in [
+            "export.queue_capacity",
+            "export.batch_max",
+            "export.max_attempts",
+            "export.backoff_initial_ms",
+            "export.explanation_max_bytes",
+            "export.label_threshold",
+            "export.span_id_field",
+            "export.otlp.endpoint",
+            "export.phoenix.base_url",
+        ] {
+            assert!(err.contains(field), "{field} not in: {err}");
+        }
+        let typo = Config::from_toml_with_env("[export.otlp]\nendpont = \"x\"\n", &HashMap::new());
+        assert!(typo.is_err());
+    }
 }
