@@ -115,19 +115,16 @@ fn bench(c: &mut Criterion) {
             serde_json::to_vec(&v).unwrap()
         })
         .collect();
+    // The same config but for the target: `export_off` has none.
     let export = |capacity: Option<usize>| {
-        let mut c = config.clone();
-        if let Some(capacity) = capacity {
-            c = Config::from_toml_with_env(
-                &format!(
-                    "[export]\nspan_id_field = \"/otel_span_id\"\nqueue_capacity = {capacity}\n\
-                     [export.otlp]\nendpoint = \"http://127.0.0.1:9\"\n"
-                ),
-                &std::collections::HashMap::new(),
-            )
-            .unwrap();
-        }
-        c
+        let target = capacity.map_or(String::new(), |c| {
+            format!("queue_capacity = {c}\n[export.otlp]\nendpoint = \"http://127.0.0.1:9\"\n")
+        });
+        Config::from_toml_with_env(
+            &format!("[export]\nspan_id_field = \"/otel_span_id\"\n{target}"),
+            &std::collections::HashMap::new(),
+        )
+        .unwrap()
     };
     for (name, capacity) in [
         ("export_off", None),
