@@ -227,12 +227,7 @@ impl OtlpTarget {
         if status.is_success() {
             return Ok(());
         }
-        let after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let after = crate::judge::llm::retry_after(response.headers());
         Err(SendError::Status(status.as_u16(), after))
     }
 }

@@ -86,12 +86,7 @@ impl PhoenixTarget {
         if status.is_success() {
             return Ok(());
         }
-        let after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let after = crate::judge::llm::retry_after(response.headers());
         let missing = if status.as_u16() == 404 {
             // Phoenix answers in plain text; a JSON `detail` is read too.
             let body = response.text().await.unwrap_or_default();
