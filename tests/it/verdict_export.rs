@@ -183,19 +183,6 @@ impl Sink {
     }
 }
 
-/// The app's OTLP messages (a big-endian u32 length before each).
-fn messages(batches: &Path) -> Vec<Vec<u8>> {
-    let data = std::fs::read(batches).unwrap();
-    let mut out = Vec::new();
-    let mut rest = &data[..];
-    while rest.len() >= 4 {
-        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
-        out.push(rest[4..4 + len].to_vec());
-        rest = &rest[4 + len..];
-    }
-    out
-}
-
 /// The judged span of each query trace, assembled in process from the same messages: trace id ->
 /// span id (hex).
 fn judged_spans(batches: &Path) -> BTreeMap<String, String> {
@@ -205,7 +192,7 @@ fn judged_spans(batches: &Path) -> BTreeMap<String, String> {
     };
     let mut a: Assembler<u32> = Assembler::new(&decode, &AssemblyConfig::default());
     let mut out: Vec<Completed<u32>> = Vec::new();
-    for m in messages(batches) {
+    for m in length_prefixed_messages(batches) {
         let req = decode_request(
             &m,
             TraceFormat::OtlpProto,
@@ -380,7 +367,7 @@ fn run_pipeline() -> Run {
             .env("OTEL_EXPORTER_OTLP_TRACES_HEADERS", otel_auth_header()),
     );
     // The same spans to Phoenix, as the service's exporter (or a Collector) sends them there.
-    for m in messages(&batches) {
+    for m in length_prefixed_messages(&batches) {
         assert_eq!(
             post_bytes(phoenix.addr, "/v1/traces", "application/x-protobuf", &m),
             200
