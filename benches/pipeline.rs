@@ -3,6 +3,9 @@
 //! - `offline_judge`: the offline judge's features and score, as the ingest path runs it (without
 //!   the verdict's `details` JSON, which only verdict records need);
 //! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
+//! - `export_*`: `ingest_full` on the same traces with W3C ids (a span id in the metadata), without
+//!   verdict export (`export_off`), with every verdict event built and queued (`export_queued`: a
+//!   target keeping up), and with the queues full (`export_full`: a target that is down).
 //! - `render_text`, `render_openmetrics`: one `/metrics` body after those traces, in each format
 //!   (OpenMetrics with the exemplars); the throughput figure there is scrapes per second.
 //! - `exemplar_record`: three scores' trace ids per trace into the exemplar store, as the ingest
@@ -17,6 +20,7 @@ use std::process::Command;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use ragwatch::config::Config;
+use ragwatch::export::Exporter;
 use ragwatch::judge::OfflineJudge;
 use ragwatch::pipeline::Pipeline;
 use ragwatch::recorder::Shared;
@@ -97,6 +101,58 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    // Verdict export on the judging path: the same traces with W3C ids, so that every verdict has
+    // its span. The queues are not drained while a round runs: `export_queued` holds every event
+    // (a target that keeps up costs judging this, the send is on its own task), `export_full`
+    // has room for one (a target that is down).
+    let w3c: Vec<Vec<u8>> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v: serde_json::Value = serde_json::from_slice(l).unwrap();
+            v["trace_id"] = serde_json::Value::from(format!("{:032x}", i + 1));
+            v["metadata"]["otel_span_id"] = serde_json::Value::from(format!("{:016x}", i + 1));
+            serde_json::to_vec(&v).unwrap()
+        })
+        .collect();
+    // The same config but for the target: `export_off` has none.
+    let export = |capacity: Option<usize>| {
+        let target = capacity.map_or(String::new(), |c| {
+            format!("queue_capacity = {c}\n[export.otlp]\nendpoint = \"http://127.0.0.1:9\"\n")
+        });
+        Config::from_toml_with_env(
+            &format!("[export]\nspan_id_field = \"/otel_span_id\"\n{target}"),
+            &std::collections::HashMap::new(),
+        )
+        .unwrap()
+    };
+    for (name, capacity) in [
+        ("export_off", None),
+        ("export_queued", Some(16 * w3c.len())),
+        ("export_full", Some(1)),
+    ] {
+        let c = export(capacity);
+        g.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || {
+                    let shared = Shared::new(&c);
+                    let tasks = Exporter::try_new(&c, &Default::default(), shared.metrics.clone())
+                        .unwrap()
+                        .map(|(exporter, tasks)| {
+                            shared.attach_export(exporter);
+                            tasks
+                        });
+                    (Pipeline::new(&c, shared, None), tasks)
+                },
+                |(p, _tasks)| {
+                    for l in &w3c {
+                        p.ingest(l, None);
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
     g.finish();
 
     let shared = Shared::new(&config);

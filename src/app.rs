@@ -53,6 +53,9 @@ pub enum RunError {
     /// The LLM judge could not be set up.
     #[error("llm judge: {0}")]
     Judge(#[from] crate::judge::llm::LlmSetupError),
+    /// Verdict export could not be set up.
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportSetupError),
     /// The config does not say what to run.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -73,6 +76,16 @@ pub async fn run(
     shared
         .attach_review(&config, &env)
         .map_err(|e| RunError::Task("review", e))?;
+    // Verdict export: its tasks send until the judge pool has ended, then flush.
+    let export_stop = CancellationToken::new();
+    let export = match crate::export::Exporter::try_new(&config, &env, Arc::clone(&shared.metrics))?
+    {
+        Some((exporter, tasks)) => {
+            shared.attach_export(exporter);
+            Some(tokio::spawn(tasks.run(export_stop.clone())))
+        }
+        None => None,
+    };
     let ready = Arc::new(AtomicBool::new(false));
     let server_stop = CancellationToken::new();
     let admin = AdminState {
@@ -222,6 +235,10 @@ pub async fn run(
     };
     if let Some(pool) = pool {
         check("judge pool", pool.await);
+    }
+    export_stop.cancel();
+    if let Some(export) = export {
+        check("verdict export", export.await);
     }
     if let Some(labels) = label_source {
         check("label source", labels.await);

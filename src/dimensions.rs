@@ -37,6 +37,68 @@ pub struct QualitySpec {
     /// Its shipped alerts: `ragwatch rules` writes their rules, unit tests, dashboard panel and
     /// runbook sections from this row.
     pub alerts: QualityAlerts,
+    /// How its verdicts are labelled where they are exported.
+    pub labels: VerdictLabels,
+}
+
+/// How a metric's verdicts are labelled in verdict export (`[export]`).
+#[derive(Debug)]
+pub struct VerdictLabels {
+    /// A score at or above `export.label_threshold`.
+    pub above: VerdictLabel,
+    /// A score below it.
+    pub below: VerdictLabel,
+    /// A verdict without a score: its own outcome (faithfulness: no claims), or nothing to send.
+    pub unscored: Option<VerdictLabel>,
+    /// A refusal is labelled `refusal` whatever its score.
+    pub refusal: bool,
+    /// The LLM judge's unsupported claims explain it.
+    pub claims_explain: bool,
+}
+
+/// What an exported verdict says, from a bounded set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VerdictLabel {
+    /// Faithfulness at or above the threshold.
+    Faithful,
+    /// Faithfulness below it.
+    Unfaithful,
+    /// A relevancy at or above the threshold.
+    Relevant,
+    /// A relevancy below it.
+    Irrelevant,
+    /// The answer makes no claims: faithfulness has no score.
+    NoClaims,
+    /// The answer declines to answer.
+    Refusal,
+    /// The judge failed on this trace.
+    Failed,
+}
+
+impl VerdictLabel {
+    /// Every label.
+    pub const ALL: [VerdictLabel; 7] = [
+        VerdictLabel::Faithful,
+        VerdictLabel::Unfaithful,
+        VerdictLabel::Relevant,
+        VerdictLabel::Irrelevant,
+        VerdictLabel::NoClaims,
+        VerdictLabel::Refusal,
+        VerdictLabel::Failed,
+    ];
+
+    /// The label as sent.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictLabel::Faithful => "faithful",
+            VerdictLabel::Unfaithful => "unfaithful",
+            VerdictLabel::Relevant => "relevant",
+            VerdictLabel::Irrelevant => "irrelevant",
+            VerdictLabel::NoClaims => "no_claims",
+            VerdictLabel::Refusal => "refusal",
+            VerdictLabel::Failed => "failed",
+        }
+    }
 }
 
 /// How a metric's alerts are shipped. Every metric has a floor alert on the combined estimate and
@@ -89,6 +151,13 @@ impl Quality {
                     floor_advice: "- **Check**: the dashboard's faithfulness panels by judge: does the LLM judge's own mean agree? Did\n  the offline judge move too (a shift warning, inhibited while this fires)? Read a few verdict records\n  of the stratum (`records_path`): which claims are unsupported, and by what contexts.\n- **Then**: what changed: the generator model or prompt (`metadata.model`, `prompt_version` in the\n  traces), the retriever (context counts and scores), the document index. The diagnosis names the\n  stage to look at first (see `RagwatchDiagnosis`). Roll back the change; the alert resolves when the\n  upper bound is back above the floor.",
                     shift_advice: "- **Check**: whether the combined estimate of the stratum is moving too (faithfulness panels); the\n  verdict records of the stratum; what was deployed around the start. A change in the question mix of\n  the stratum (a new customer, a campaign) also shifts it without anything being broken.\n- **Then**: if the LLM judge confirms, treat it as the faithfulness page above; if it does not after an\n  hour of samples, the offline judge is reacting to something the LLM judge does not see (new wording,\n  new document formats): note it, and raise `shift_sd` for the stratum if it repeats.",
                 },
+                labels: VerdictLabels {
+                    above: VerdictLabel::Faithful,
+                    below: VerdictLabel::Unfaithful,
+                    unscored: Some(VerdictLabel::NoClaims),
+                    refusal: true,
+                    claims_explain: true,
+                },
             },
             QualitySpec {
                 name: "answer_relevancy",
@@ -105,6 +174,13 @@ impl Quality {
                     floor_advice: "Often a prompt change, a truncated generation, or retrieval bringing off-topic passages. Check\n`prompt_version` and the answers' lengths in the traces; compare with context relevance (off-topic\ncontexts) before blaming the prompt.",
                     shift_advice: "Usually a prompt or template change, truncated generations, or a new kind of question. Check the\nstratum's answers in the verdict records and the combined answer relevancy; act as for\n`RagwatchAnswerRelevancyBelowFloor`.",
                 },
+                labels: VerdictLabels {
+                    above: VerdictLabel::Relevant,
+                    below: VerdictLabel::Irrelevant,
+                    unscored: None,
+                    refusal: true,
+                    claims_explain: false,
+                },
             },
             QualitySpec {
                 name: "context_relevance",
@@ -120,6 +196,13 @@ impl Quality {
                     meaning: "the retriever, index or embedding model is the first suspect, before the generator",
                     floor_advice: "Look at the retriever before the generator: an index rebuild, an embedding model change, a\nchunking change, a filter dropping documents, or new questions the corpus does not cover (compare\n`ragwatch_retrieval_score` and `ragwatch_contexts_retrieved` on the Retrieval panel; their shift\noften comes first).",
                     shift_advice: "Retrieval got worse for the stratum: look at the retriever before the generator, as for\n`RagwatchContextRelevanceBelowFloor`.",
+                },
+                labels: VerdictLabels {
+                    above: VerdictLabel::Relevant,
+                    below: VerdictLabel::Irrelevant,
+                    unscored: None,
+                    refusal: false,
+                    claims_explain: false,
                 },
             },
         ];

@@ -13,6 +13,7 @@
 //!                   ├─ recorder::Shared::record → histograms/counters + window rings + combined estimate
 //!                   │    (+ each candidate's and the baseline's comparison arms)
 //!                   │    (+ changes::Changes: suspect documents and sources, question novelty, coverage)
+//!                   │    (+ export::Exporter: each verdict, try_send to the OTLP and Phoenix targets' queues)
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //!                          (redact::Redactor before the LLM judge's API and its verdict records)
@@ -32,7 +33,7 @@
 //! fleet                                this replica's share of the fleet; the budget follows it
 //! pipeline                             one message from bytes to the recorder; the judge pool
 //! recorder, review                     verdicts into metrics and windows; the evaluator; the review queue
-//! events                               log-and-count call sites
+//! events, export                       log-and-count call sites; verdicts sent to trace views (OTLP, Phoenix)
 //! metrics                              every metric name, on one registry
 //! sample, judge, window, changes       stratify and sample; judges; rings, estimate, drift rules; what changed
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
@@ -77,6 +78,9 @@
 //!   judge-latency histograms, the OpenMetrics exposition that carries them, and each stratum's
 //!   per-trace series, kept once looked up.
 //! - `events`: log-and-count call sites, rate-limited.
+//! - [`export`]: verdict export (`[export]`): each verdict as an OpenTelemetry
+//!   `gen_ai.evaluation.result` log record (and child span) or a Phoenix span annotation on the span
+//!   whose answer was judged; bounded queues, batches, retries, a flush at shutdown.
 //! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
 //!   same-family count too); the evaluator that exports windows and drift.
 //! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
@@ -102,6 +106,7 @@ pub mod config;
 pub mod dimensions;
 pub mod eval;
 pub(crate) mod events;
+pub mod export;
 pub mod fleet;
 pub mod fuzzing;
 pub mod gate;

@@ -191,6 +191,10 @@ pub struct Metrics {
     pub(crate) traces_unjudged: IntCounterVec,
     /// OTLP/HTTP export requests, by outcome.
     pub(crate) otlp_requests: IntCounterVec,
+    /// Verdict events sent to an export target, by target and outcome.
+    pub(crate) export_sent: IntCounterVec,
+    /// Verdict events not sent to an export target, by target and reason.
+    pub(crate) export_dropped: IntCounterVec,
     /// Writes refused on the write listener, by endpoint and reason.
     pub(crate) write_refused: IntCounterVec,
     /// Re-reads of the write listener's token and TLS files after a change, by file and outcome.
@@ -262,6 +266,21 @@ pub(crate) const OTLP_OUTCOMES: [&str; 8] = [
     "memory",
     "unavailable",
 ];
+
+/// Verdict export targets; label values of `ragwatch_export_sent_total{target}` and
+/// `ragwatch_export_dropped_total{target}`.
+pub(crate) const EXPORT_TARGETS: [&str; 2] = ["otlp", "phoenix"];
+
+/// How a verdict event sent to an export target ended; label values of
+/// `ragwatch_export_sent_total{outcome}`: `ok` (accepted), `rejected` (an answer not worth
+/// retrying: a 4xx other than 429, a gRPC error other than UNAVAILABLE and RESOURCE_EXHAUSTED),
+/// `failed` (retryable answers, transport errors or timeouts until the tries ran out).
+pub(crate) const EXPORT_OUTCOMES: [&str; 3] = ["ok", "rejected", "failed"];
+
+/// Why a verdict event was not sent; label values of `ragwatch_export_dropped_total{reason}`:
+/// `queue_full` (the target's queue was full), `no_span` (no judged span id known),
+/// `shutdown` (still queued when the flush deadline passed).
+pub(crate) const EXPORT_DROP_REASONS: [&str; 3] = ["queue_full", "no_span", "shutdown"];
 
 /// Outcomes of a resolution of `fleet.peers`; label values of
 /// `ragwatch_fleet_peer_lookups_total{outcome}`. `empty`: the name exists with no address.
@@ -737,6 +756,18 @@ impl Metrics {
                 "OTLP export requests, by protocol (http, grpc) and outcome.",
                 &["protocol", "outcome"],
             ),
+            export_sent: counter(
+                &r,
+                "ragwatch_export_sent_total",
+                "Verdict events sent to an export target, by target (otlp, phoenix) and outcome (ok; rejected: an answer not worth retrying; failed: retries or time ran out).",
+                &["target", "outcome"],
+            ),
+            export_dropped: counter(
+                &r,
+                "ragwatch_export_dropped_total",
+                "Verdict events not sent to an export target, by target (otlp, phoenix) and reason (queue_full: the queue was full; no_span: no judged span id; shutdown: still queued at the flush deadline).",
+                &["target", "reason"],
+            ),
             write_refused: counter(
                 &r,
                 "ragwatch_write_refused_total",
@@ -826,6 +857,14 @@ impl Metrics {
         }
         for outcome in FLEET_LOOKUP_OUTCOMES {
             self.fleet_peer_lookups.with_label_values(&[outcome]);
+        }
+        for target in EXPORT_TARGETS {
+            for outcome in EXPORT_OUTCOMES {
+                self.export_sent.with_label_values(&[target, outcome]);
+            }
+            for reason in EXPORT_DROP_REASONS {
+                self.export_dropped.with_label_values(&[target, reason]);
+            }
         }
         for protocol in OTLP_PROTOCOLS {
             for outcome in OTLP_OUTCOMES {

@@ -70,6 +70,18 @@ if ! cmp -s tests/frameworks-requirements.txt "$fw_venv/requirements.txt"; then
   cp tests/frameworks-requirements.txt "$fw_venv/requirements.txt"
 fi
 export RAGWATCH_FRAMEWORKS_PYTHON="${RAGWATCH_FRAMEWORKS_PYTHON:-$fw_venv/bin/python}"
+# Arize Phoenix (a real trace view, served offline on loopback) for tests/it/verdict_export.rs: pinned
+# in tests/phoenix-requirements.txt, in a venv of its own. Reinstalled when the pin changes.
+px_venv="$HOME/.cache/ragwatch/phoenix-venv"
+if ! cmp -s tests/phoenix-requirements.txt "$px_venv/requirements.txt"; then
+  echo "installing Arize Phoenix into $px_venv (PyPI, a few minutes, once)"
+  rm -rf "$px_venv"
+  python3 -m venv "$px_venv"
+  "$px_venv/bin/python" -m pip install -q --upgrade pip
+  "$px_venv/bin/python" -m pip install -q -r tests/phoenix-requirements.txt
+  cp tests/phoenix-requirements.txt "$px_venv/requirements.txt"
+fi
+export RAGWATCH_PHOENIX_PYTHON="${RAGWATCH_PHOENIX_PYTHON:-$px_venv/bin/python}"
 # Helm's own library (helm-sdkpy ships Helm v4 as a shared library), for tests/it/helm.rs: it lints
 # and renders deploy/helm/ragwatch. It declares Python >= 3.12 and works on 3.11, hence
 # --ignore-requires-python; a venv of its own keeps that out of the system's packages.

@@ -24,6 +24,7 @@ use problems::Problems;
 
 use crate::audit::config::AuditConfig;
 use crate::changes::config::ChangesConfig;
+use crate::export::config::ExportConfig;
 use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
@@ -117,6 +118,9 @@ pub struct Config {
     /// What is replaced in a trace's texts before they leave the process or are written.
     #[serde(default)]
     pub redact: RedactConfig,
+    /// Verdicts sent to where people read traces (OpenTelemetry, Phoenix); off by default.
+    #[serde(default)]
+    pub export: ExportConfig,
 }
 
 /// How log lines are written to stderr.
@@ -241,6 +245,7 @@ impl Config {
         self.validate_write(&mut p);
         self.write.validate(&mut p);
         self.redact.validate(&mut p);
+        self.export.validate(&mut p);
         self.metrics.validate(&mut p);
         self.http.validate(&mut p);
         p.into_result()

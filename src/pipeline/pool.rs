@@ -124,6 +124,11 @@ pub(crate) async fn run_pool(
                         LlmError::Budget => SkipReason::Budget,
                         _ => SkipReason::JudgeError,
                     };
+                    // A budget refusal is a skip, not a verdict: nothing to show on the trace.
+                    if matches!(judge.as_ref(), PoolJudge::Llm(_)) && !matches!(e, LlmError::Budget)
+                    {
+                        shared.export_failed(job.stratum, &job.trace, e.kind().name());
+                    }
                     let stratum = shared.stratifier.name(job.stratum);
                     events::trace_skipped(&shared.metrics, stratum, reason, &job.trace.trace_id);
                     tracing::debug!(error = %e, trace_id = %job.trace.trace_id, "judge failed");

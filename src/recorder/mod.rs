@@ -52,6 +52,8 @@ pub struct Shared {
     attribution: Option<Arc<changes::Attribution>>,
     /// The review queue, once attached (`review.enabled`).
     review: Arc<OnceLock<crate::review::Review>>,
+    /// Verdict export, once attached (`[export]` with a target).
+    export: Arc<OnceLock<crate::export::Exporter>>,
 }
 
 impl Shared {
@@ -81,6 +83,20 @@ impl Shared {
             let _ = self.review.set(review);
         }
         Ok(())
+    }
+
+    /// Attaches verdict export to every clone of this state: from then on each verdict recorded
+    /// (the offline judge's on every trace, the LLM judge's and its failures on the sample) is
+    /// offered to the export queues.
+    pub fn attach_export(&self, exporter: crate::export::Exporter) {
+        let _ = self.export.set(exporter);
+    }
+
+    /// Offers an LLM judge failure on `trace` (`kind`: the error's kind) to verdict export.
+    pub(crate) fn export_failed(&self, stratum: StratumId, trace: &Trace, kind: &'static str) {
+        if let Some(e) = self.export.get() {
+            e.failed(self.stratifier.name(stratum), trace, kind);
+        }
     }
 
     /// The review queue, once attached.
@@ -263,6 +279,7 @@ impl Shared {
         });
         Self {
             review: Arc::new(OnceLock::new()),
+            export: Arc::new(OnceLock::new()),
             attribution,
             comparisons,
             metrics,
@@ -367,6 +384,11 @@ impl Shared {
             a.arrive(stratum, trace, verdict, now);
         }
         self.record_verdict(stratum, verdict, trace, now);
+        if let Some(e) = self.export.get()
+            && verdict.judge == JudgeKind::Offline
+        {
+            e.verdict(self.stratifier.name(stratum), trace, verdict);
+        }
         candidate
     }
 
@@ -419,6 +441,13 @@ impl Shared {
         now: u64,
     ) {
         self.record_verdict(stratum, verdict, trace, now);
+        // The offline judge's verdict on this trace went out when it was recorded; a sampled
+        // offline judge's is the same verdict again.
+        if let Some(e) = self.export.get()
+            && verdict.judge == JudgeKind::Llm
+        {
+            e.verdict(self.stratifier.name(stratum), trace, verdict);
+        }
         if let Some(c) = &self.comparisons {
             c.judged(stratum, trace, verdict, probability);
         }

@@ -116,6 +116,7 @@ mod tests {
             metadata: serde_json::json!({ "route": route }).into(),
             label_faithful: None,
             gold: None,
+            span_id: None,
         }
     }
 

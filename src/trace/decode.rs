@@ -157,6 +157,7 @@ impl NativeTrace<'_> {
             metadata: self.metadata.unwrap_or_default(),
             label_faithful: self.label_faithful,
             gold: gold(self.relevant_ids, self.relevance),
+            span_id: None,
         }
     }
 }
@@ -521,6 +522,7 @@ impl Decoder {
     }
 
     fn decode_native(&self, text: &str, out: &mut Trace) -> Result<(), DecodeError> {
+        out.span_id = None;
         if shortcut::native_into(text, out).is_none() {
             let native: NativeTrace<'_> = serde_json::from_str(text).map_err(classify)?;
             *out = native.into_trace();
@@ -593,6 +595,7 @@ impl Decoder {
             metadata: Value::Object(metadata).into(),
             label_faithful: None,
             gold: None,
+            span_id: None,
         })
     }
 

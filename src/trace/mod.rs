@@ -45,6 +45,10 @@ pub struct Trace {
     /// Gold relevance, when the trace comes from a golden set: context ids that are relevant, and
     /// optionally graded relevance (0..3) per id.
     pub gold: Option<Gold>,
+    /// The span whose answer was judged (its 8-byte id, big-endian), when the trace was assembled
+    /// from OTLP spans: verdict export annotates that span.
+    #[serde(skip)]
+    pub span_id: Option<u64>,
 }
 
 #[cfg(test)]
@@ -68,6 +72,7 @@ impl Trace {
             metadata: Metadata::default(),
             label_faithful: None,
             gold: None,
+            span_id: None,
         }
     }
 }

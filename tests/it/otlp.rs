@@ -114,22 +114,15 @@ fn run_app(
 
 /// The messages the app wrote: length-prefixed protobuf, or JSON lines.
 fn read_batches(path: &Path, json: bool) -> Vec<Vec<u8>> {
-    let data = std::fs::read(path).unwrap();
-    if json {
-        return data
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
+    if !json {
+        return length_prefixed_messages(path);
     }
-    let mut out = Vec::new();
-    let mut rest = &data[..];
-    while rest.len() >= 4 {
-        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
-        out.push(rest[4..4 + len].to_vec());
-        rest = &rest[4 + len..];
-    }
-    out
+    std::fs::read(path)
+        .unwrap()
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 /// Produces each payload as one record (one record per batch, as tansu needs) to `partition`

@@ -463,13 +463,7 @@ impl LlmClient {
         let mut resp = req.send().await.map_err(classify)?;
         let status = resp.status();
         if status.as_u16() == 429 {
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64);
+            let retry_after = retry_after(resp.headers());
             return Err(LlmError::RateLimited { retry_after });
         }
         if matches!(status.as_u16(), 400 | 422 | 500) {
@@ -650,6 +644,16 @@ pub fn backoff(attempt: u32, base_ms: u64, max_ms: u64, retry_after: Option<Dura
     let cap = base_ms.saturating_mul(1u64 << attempt.min(20)).min(max_ms);
     let jitter = Duration::from_millis(rand::rng().random_range(0..=cap));
     retry_after.map_or(jitter, |r| r.max(jitter))
+}
+
+/// A server's `Retry-After` in seconds (fractions taken), if it sent a usable one.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@ pub(crate) use cache::VerdictCache;
 pub use canary::agreement;
 pub(crate) use canary::run_canaries;
 pub use client::backoff;
-pub(crate) use client::{ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage};
+pub(crate) use client::{
+    ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage, retry_after,
+};
 pub use mode::CHAIN;
 pub(crate) use mode::mode_name;
 pub(crate) use observer::{IdentitySeries, LlmObserver};

@@ -596,6 +596,7 @@ mod tests {
             metadata: Default::default(),
             label_faithful: None,
             gold: None,
+            span_id: None,
         };
         let p = Prompt::faithfulness(&t, true);
         let claims = &p.grammar_schema["properties"]["claims"];
@@ -679,6 +680,7 @@ mod tests {
             metadata: Default::default(),
             label_faithful: None,
             gold: None,
+            span_id: None,
         };
         let u = faithfulness_user(&t, false);
         assert_eq!(u.matches("</answer>").count(), 1);

@@ -535,6 +535,10 @@ fn build(
     );
 
     let llm_too_long = spans.iter().any(|s| s.too_long && s.kind == Kind::Llm);
+    let (chain_out_span, llm_out_span) = (
+        chain_out.map(|i| spans[i].span_id),
+        llm_out.map(|i| spans[i].span_id),
+    );
     let mut take = |i: Option<usize>, f: fn(&mut SpanFacts) -> &mut Option<String>| {
         i.and_then(|i| f(&mut spans[i]).take())
     };
@@ -549,8 +553,12 @@ fn build(
                 take(llm_user, |s| &mut s.user)
             }
         });
-    let answer =
-        take(chain_out, |s| &mut s.output).or_else(|| take(llm_out, |s| &mut s.completion));
+    // The span the answer is read from is the one a verdict is about (verdict export annotates it).
+    let (answer, span_id) = match take(chain_out, |s| &mut s.output) {
+        Some(a) => (Some(a), chain_out_span),
+        None => (take(llm_out, |s| &mut s.completion), llm_out_span),
+    };
+    let span_id = span_id.filter(|_| answer.is_some());
     let stratum = take(stratum_span, |s| &mut s.stratum).or(resource.stratum);
 
     let (contexts, any_docs) = contexts_of(&mut spans, reranker);
@@ -591,6 +599,7 @@ fn build(
         metadata: Value::Object(metadata).into(),
         label_faithful: None,
         gold: None,
+        span_id,
     };
     if let Some(why) = unjudged {
         return Outcome::Unjudged(trace, why);

@@ -327,6 +327,20 @@ pub fn run_ok(cmd: &mut Command) -> std::process::Output {
     out
 }
 
+/// The OTLP messages a framework app wrote to a file: each a big-endian u32 length, then the
+/// protobuf bytes.
+pub fn length_prefixed_messages(path: &Path) -> Vec<Vec<u8>> {
+    let data = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    let mut rest = &data[..];
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        out.push(rest[4..4 + len].to_vec());
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
 /// Generated native traces: (trace_id, json) via tests/gen_traces.py.
 pub fn gen_traces(n: usize, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
     let out = run_ok(

@@ -1,0 +1,901 @@
+//! Verdict export: each judged trace's verdicts sent to where people read traces, on the span whose
+//! answer was judged: OpenTelemetry `gen_ai.evaluation.result` log records (and, optionally,
+//! zero-length child spans) over OTLP/HTTP or OTLP/gRPC, and Phoenix span annotations.
+//!
+//! ```text
+//! recorder (offline verdict on every trace, LLM verdicts and failures on the sample)
+//!   └─ Exporter::offer: one VerdictEvent per metric ─► try_send, one bounded queue per target
+//!        (full: dropped, queue_full; no span id: dropped, no_span)      │
+//!                                                                       ▼
+//!                         run_target: batches (batch_max, batch_delay_ms) ─► Target::send
+//!                         retries with exponential backoff on retryable answers; at shutdown
+//!                         the queue is sent until flush_timeout_ms, the rest dropped (shutdown)
+//! ```
+//!
+//! Judging never waits for a target: the only call on the judging path is a `try_send`. What a
+//! verdict carries is bounded: a label from [`VerdictLabel`], the judge's identity, and an
+//! explanation only when `export.explanations` is on, from the claims the LLM judge was shown
+//! (redacted) and cut to `export.explanation_max_bytes`.
+
+pub mod config;
+mod otlp;
+mod phoenix;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+pub use crate::dimensions::VerdictLabel;
+use crate::dimensions::{JudgeKind, Quality};
+use crate::judge::Verdict;
+use crate::metrics::Metrics;
+use crate::sample::Variants;
+use crate::trace::Trace;
+use crate::trace::metadata::MetadataField;
+use config::ExportConfig;
+
+/// One metric's verdict from one judge on one span: what every target sends, in its own shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictEvent {
+    /// The W3C trace id of the judged span.
+    pub trace_id: [u8; 16],
+    /// The judged span's id.
+    pub span_id: [u8; 8],
+    /// The trace id ragwatch knows the trace by (the hex of `trace_id` for OTLP input).
+    pub ragwatch_trace_id: String,
+    /// The metric (`gen_ai.evaluation.name`).
+    pub metric: Quality,
+    /// The judge tier.
+    pub judge: JudgeKind,
+    /// The score, absent for no claims and failures.
+    pub score: Option<f64>,
+    /// The label.
+    pub label: VerdictLabel,
+    /// The unsupported and contradicted claims, with `export.explanations`.
+    pub explanation: Option<String>,
+    /// Why the judge failed (an `LlmError` kind), for `failed`.
+    pub error_type: Option<&'static str>,
+    /// The judge's identity, as in `ragwatch_judge_info` and the verdict records.
+    pub judge_model: Arc<str>,
+    /// The LLM judge's prompt revision.
+    pub prompt_version: Option<Arc<str>>,
+    /// The trace's stratum.
+    pub stratum: String,
+    /// The release that served the trace, when `[variants]` is on.
+    pub variant: Option<String>,
+    /// The model response's id, when the trace carries it.
+    pub response_id: Option<String>,
+    /// When the verdict was made, in ns since the epoch.
+    pub time_unix_nano: u64,
+}
+
+/// Why a batch was not accepted. Knows whether trying again may help.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// An HTTP answer other than 2xx, with its `Retry-After` when it gave one.
+    #[error("HTTP {0}")]
+    Status(u16, Option<Duration>),
+    /// A gRPC status other than OK.
+    #[error("gRPC {0:?}")]
+    Grpc(tonic::Code),
+    /// No answer: connection refused or reset, a timeout.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The target does not know the judged span yet (its spans are still on their way).
+    #[error("the judged span is not there yet")]
+    SpanNotYet,
+}
+
+impl SendError {
+    /// Whether another try may be accepted: HTTP 429 and 5xx, gRPC UNAVAILABLE and
+    /// RESOURCE_EXHAUSTED, and transport errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SendError::Status(s, _) => *s == 429 || (500..600).contains(s),
+            SendError::Grpc(c) => {
+                matches!(c, tonic::Code::Unavailable | tonic::Code::ResourceExhausted)
+            }
+            SendError::Transport(_) | SendError::SpanNotYet => true,
+        }
+    }
+
+    /// The wait the target asked for (HTTP `Retry-After` in seconds).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SendError::Status(_, after) => *after,
+            _ => None,
+        }
+    }
+}
+
+/// Why export cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportSetupError {
+    /// A target's client could not be built.
+    #[error("export.{0}: {1}")]
+    Client(&'static str, String),
+}
+
+/// A destination of verdict events.
+#[derive(Debug)]
+enum Target {
+    Otlp(otlp::OtlpTarget),
+    Phoenix(phoenix::PhoenixTarget),
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Otlp(_) => "otlp",
+            Target::Phoenix(_) => "phoenix",
+        }
+    }
+
+    async fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<(), SendError> {
+        match self {
+            Target::Otlp(t) => t.send(batch).await,
+            Target::Phoenix(t) => t.send(batch).await,
+        }
+    }
+}
+
+/// The judging side of export: turns verdicts into events and queues them, never waiting.
+#[derive(Debug)]
+pub struct Exporter {
+    config: ExportConfig,
+    metrics: Arc<Metrics>,
+    queues: Vec<(&'static str, mpsc::Sender<Arc<VerdictEvent>>)>,
+    variants: Option<Variants>,
+    trace_id_field: Option<MetadataField>,
+    span_id_field: Option<MetadataField>,
+    response_id_field: Option<MetadataField>,
+    offline_model: Arc<str>,
+    llm_model: Arc<str>,
+    prompt_version: Arc<str>,
+}
+
+/// The sending side of export: one task per target, started by [`ExportTasks::run`].
+#[derive(Debug)]
+pub struct ExportTasks {
+    config: ExportConfig,
+    metrics: Arc<Metrics>,
+    targets: Vec<(Target, mpsc::Receiver<Arc<VerdictEvent>>)>,
+}
+
+impl Exporter {
+    /// The exporter of `config.export` and its tasks; `None` when no target is configured. The
+    /// OpenTelemetry target reads the `OTEL_EXPORTER_OTLP_*` variables from `env`, Phoenix its key.
+    pub fn try_new(
+        config: &Config,
+        env: &HashMap<String, String>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Option<(Exporter, ExportTasks)>, ExportSetupError> {
+        let c = &config.export;
+        if !c.enabled() {
+            return Ok(None);
+        }
+        let mut targets = Vec::new();
+        if let Some(o) = &c.otlp {
+            targets.push(Target::Otlp(otlp::OtlpTarget::try_new(o, env)?));
+        }
+        if let Some(p) = &c.phoenix {
+            targets.push(Target::Phoenix(phoenix::PhoenixTarget::try_new(p, env)?));
+        }
+        let mut queues = Vec::new();
+        let mut tasks = Vec::new();
+        for target in targets {
+            let (tx, rx) = mpsc::channel(c.queue_capacity);
+            queues.push((target.name(), tx));
+            tasks.push((target, rx));
+        }
+        let field = |f: &Option<String>| f.as_deref().map(MetadataField::of_pointer);
+        let offline = crate::judge::OfflineJudge::default();
+        let version = offline.model().report["version"]
+            .as_str()
+            .unwrap_or("dev")
+            .to_owned();
+        let exporter = Exporter {
+            config: c.clone(),
+            metrics: Arc::clone(&metrics),
+            queues,
+            variants: Variants::new(&config.variants),
+            trace_id_field: field(&c.trace_id_field),
+            span_id_field: field(&c.span_id_field),
+            response_id_field: field(&c.response_id_field),
+            offline_model: format!("offline-{version}").into(),
+            llm_model: crate::judge::llm::LlmJudge::model_id(&config.llm).into(),
+            prompt_version: config.llm.prompt_version.as_str().into(),
+        };
+        let tasks = ExportTasks {
+            config: c.clone(),
+            metrics,
+            targets: tasks,
+        };
+        Ok(Some((exporter, tasks)))
+    }
+
+    /// Queues the events of a verdict on `trace` in `stratum` (the offline judge's only with
+    /// `export.offline`).
+    pub fn verdict(&self, stratum: &str, trace: &Trace, verdict: &Verdict) {
+        if verdict.judge == JudgeKind::Offline && !self.config.offline {
+            return;
+        }
+        let mut labelled = [None; Quality::COUNT];
+        for (slot, metric) in labelled.iter_mut().zip(Quality::ALL) {
+            let score = verdict.score(metric);
+            let spec = &metric.spec().labels;
+            let label = match score {
+                _ if verdict.refusal && spec.refusal => VerdictLabel::Refusal,
+                None => match spec.unscored {
+                    Some(l) => l,
+                    None => continue,
+                },
+                Some(s) if s >= self.config.label_threshold => spec.above,
+                Some(_) => spec.below,
+            };
+            *slot = Some((metric, score, label));
+        }
+        let n = labelled.iter().flatten().count();
+        if self.full() {
+            self.drop_all(n, "queue_full");
+            return;
+        }
+        let Some(base) = self.base(stratum, trace, verdict.judge) else {
+            self.drop_all(n, "no_span");
+            return;
+        };
+        let base = match verdict.judge {
+            JudgeKind::Llm => VerdictEvent {
+                judge_model: verdict.details["judge_model"]
+                    .as_str()
+                    .map_or_else(|| Arc::clone(&self.llm_model), Into::into),
+                ..base
+            },
+            _ => base,
+        };
+        for (metric, score, label) in labelled.into_iter().flatten() {
+            let explanation = (metric.spec().labels.claims_explain
+                && verdict.judge == JudgeKind::Llm
+                && self.config.explanations)
+                .then(|| explanation(&verdict.details, self.config.explanation_max_bytes))
+                .flatten();
+            self.offer(VerdictEvent {
+                metric,
+                score,
+                label,
+                explanation,
+                ..base.clone()
+            });
+        }
+    }
+
+    /// Queues `failed` events for each metric of an LLM judge failure (`kind`: the error's kind).
+    pub fn failed(&self, stratum: &str, trace: &Trace, kind: &'static str) {
+        if self.full() {
+            self.drop_all(Quality::COUNT, "queue_full");
+            return;
+        }
+        let Some(base) = self.base(stratum, trace, JudgeKind::Llm) else {
+            self.drop_all(Quality::COUNT, "no_span");
+            return;
+        };
+        for metric in Quality::ALL {
+            self.offer(VerdictEvent {
+                metric,
+                label: VerdictLabel::Failed,
+                error_type: Some(kind),
+                ..base.clone()
+            });
+        }
+    }
+
+    /// Every queue is full: the events are counted as dropped without being built (a target that
+    /// is down costs judging a few atomic reads per verdict).
+    fn full(&self) -> bool {
+        self.queues.iter().all(|(_, tx)| tx.capacity() == 0)
+    }
+
+    /// The parts of an event every metric's shares; `None` without a judged span.
+    fn base(&self, stratum: &str, trace: &Trace, judge: JudgeKind) -> Option<VerdictEvent> {
+        let (trace_id, span_id) = self.span_of(trace)?;
+        let read = |f: &Option<MetadataField>| f.as_ref().and_then(|f| f.read(&trace.metadata));
+        let llm = judge == JudgeKind::Llm;
+        Some(VerdictEvent {
+            trace_id,
+            span_id,
+            ragwatch_trace_id: trace.trace_id.clone(),
+            metric: Quality::ALL[0],
+            judge,
+            score: None,
+            label: VerdictLabel::Failed,
+            explanation: None,
+            error_type: None,
+            judge_model: Arc::clone(if llm {
+                &self.llm_model
+            } else {
+                &self.offline_model
+            }),
+            prompt_version: llm.then(|| Arc::clone(&self.prompt_version)),
+            stratum: stratum.to_owned(),
+            variant: self
+                .variants
+                .as_ref()
+                .map(|v| v.name(v.assign(trace)).to_owned()),
+            response_id: read(&self.response_id_field),
+            time_unix_nano: crate::clock::now_ms().saturating_mul(1_000_000),
+        })
+    }
+
+    /// The judged span: from OTLP assembly, else the configured metadata fields (the trace id
+    /// defaulting to the trace's own when it is a W3C one).
+    fn span_of(&self, trace: &Trace) -> Option<([u8; 16], [u8; 8])> {
+        let trace_hex = match &self.trace_id_field {
+            Some(f) => f.read(&trace.metadata)?,
+            None => trace.trace_id.clone(),
+        };
+        let trace_id = hex_id::<16>(&trace_hex)?;
+        let span_id = match (trace.span_id, &self.span_id_field) {
+            (Some(id), _) => id.to_be_bytes(),
+            (None, Some(f)) => hex_id::<8>(&f.read(&trace.metadata)?)?,
+            (None, None) => return None,
+        };
+        Some((trace_id, span_id))
+    }
+
+    /// Offers one event to every target's queue; never waits.
+    fn offer(&self, event: VerdictEvent) {
+        let event = Arc::new(event);
+        for (name, tx) in &self.queues {
+            let reason = match tx.try_send(Arc::clone(&event)) {
+                Ok(()) => continue,
+                Err(mpsc::error::TrySendError::Full(_)) => "queue_full",
+                Err(mpsc::error::TrySendError::Closed(_)) => "shutdown",
+            };
+            self.metrics
+                .export_dropped
+                .with_label_values(&[name, reason])
+                .inc();
+        }
+    }
+
+    fn drop_all(&self, n: usize, reason: &str) {
+        for (name, _) in &self.queues {
+            self.metrics
+                .export_dropped
+                .with_label_values(&[name, reason])
+                .inc_by(n as u64);
+        }
+    }
+}
+
+impl ExportTasks {
+    /// Runs every target until `stop`; then sends what is queued until `export.flush_timeout_ms`
+    /// has passed, and counts what is left as dropped (`shutdown`).
+    pub async fn run(self, stop: CancellationToken) {
+        let abandon = CancellationToken::new();
+        let flush = Duration::from_millis(self.config.flush_timeout_ms);
+        let timer = {
+            let (stop, abandon) = (stop.clone(), abandon.clone());
+            tokio::spawn(async move {
+                stop.cancelled().await;
+                tokio::time::sleep(flush).await;
+                abandon.cancel();
+            })
+        };
+        let config = Arc::new(self.config);
+        let mut handles = Vec::new();
+        for (target, rx) in self.targets {
+            handles.push(tokio::spawn(run_target(
+                target,
+                rx,
+                Arc::clone(&config),
+                Arc::clone(&self.metrics),
+                stop.clone(),
+                abandon.clone(),
+            )));
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        timer.abort();
+    }
+}
+
+/// One target's loop: batch, send with retries, and at the end flush within the deadline.
+async fn run_target(
+    target: Target,
+    mut rx: mpsc::Receiver<Arc<VerdictEvent>>,
+    config: Arc<ExportConfig>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    abandon: CancellationToken,
+) {
+    let name = target.name();
+    let dropped = |n: usize| {
+        metrics
+            .export_dropped
+            .with_label_values(&[name, "shutdown"])
+            .inc_by(n as u64);
+    };
+    while let Some(batch) = next_batch(&mut rx, &config, &stop).await {
+        let outcome = tokio::select! {
+            biased;
+            _ = abandon.cancelled() => None,
+            o = send_with_retries(&target, &batch, &config, &abandon) => Some(o),
+        };
+        let Some(outcome) = outcome else {
+            dropped(batch.len());
+            break;
+        };
+        metrics
+            .export_sent
+            .with_label_values(&[name, outcome])
+            .inc_by(batch.len() as u64);
+    }
+    rx.close();
+    let mut left = 0;
+    while rx.try_recv().is_ok() {
+        left += 1;
+    }
+    dropped(left);
+}
+
+/// The next batch: waits for a first event (until `stop`), then for more until the batch is full
+/// or `batch_delay_ms` has passed. After `stop`, what is queued without waiting; `None` when
+/// nothing is left.
+async fn next_batch(
+    rx: &mut mpsc::Receiver<Arc<VerdictEvent>>,
+    config: &ExportConfig,
+    stop: &CancellationToken,
+) -> Option<Vec<Arc<VerdictEvent>>> {
+    let mut batch = Vec::new();
+    if !stop.is_cancelled() {
+        tokio::select! {
+            biased;
+            e = rx.recv() => batch.push(e?),
+            _ = stop.cancelled() => {}
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(config.batch_delay_ms);
+    while batch.len() < config.batch_max {
+        if stop.is_cancelled() {
+            match rx.try_recv() {
+                Ok(e) => batch.push(e),
+                Err(_) => break,
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            e = rx.recv() => match e {
+                Some(e) => batch.push(e),
+                None => break,
+            },
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    (!batch.is_empty()).then_some(batch)
+}
+
+/// Sends a batch, trying again on retryable errors after an exponential backoff (or the wait the
+/// target asked for, within the cap), up to `max_attempts`. The outcome label.
+async fn send_with_retries(
+    target: &Target,
+    batch: &[Arc<VerdictEvent>],
+    config: &ExportConfig,
+    abandon: &CancellationToken,
+) -> &'static str {
+    let mut wait = Duration::from_millis(config.backoff_initial_ms);
+    let cap = Duration::from_millis(config.backoff_max_ms);
+    for attempt in 1..=config.max_attempts {
+        match target.send(batch).await {
+            Ok(()) => return "ok",
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(target = target.name(), error = %e, events = batch.len(), "verdict export rejected; not retrying");
+                return "rejected";
+            }
+            Err(e) if attempt == config.max_attempts => {
+                tracing::warn!(target = target.name(), error = %e, events = batch.len(), attempts = attempt, "verdict export failed");
+                return "failed";
+            }
+            Err(e) => {
+                tracing::debug!(target = target.name(), error = %e, attempt, "verdict export failed; retrying");
+                let sleep = e.retry_after().unwrap_or(wait).min(cap);
+                tokio::select! {
+                    _ = abandon.cancelled() => return "failed",
+                    _ = tokio::time::sleep(sleep) => {}
+                }
+                wait = (wait * 2).min(cap);
+            }
+        }
+    }
+    "failed"
+}
+
+/// The LLM judge's unsupported and contradicted claims, `; `-joined, cut to `max_bytes` on a
+/// character boundary (`…` marking the cut). `None` when there are none.
+fn explanation(details: &serde_json::Value, max_bytes: usize) -> Option<String> {
+    let claims = details["claims"].as_array()?;
+    let mut out = String::new();
+    for c in claims {
+        let (Some(claim), Some(verdict)) = (c["claim"].as_str(), c["verdict"].as_str()) else {
+            continue;
+        };
+        if verdict == "supported" {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(claim.trim());
+        out.push_str(" (");
+        out.push_str(verdict);
+        out.push(')');
+    }
+    if out.is_empty() {
+        return None;
+    }
+    if out.len() > max_bytes {
+        let mut cut = max_bytes.saturating_sub('…'.len_utf8());
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    Some(out)
+}
+
+/// Parses `N` bytes of lowercase or uppercase hex (`2N` digits); all-zero ids are invalid.
+fn hex_id<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let s = s.trim();
+    if s.len() != 2 * N || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    out.iter().any(|&b| b != 0).then_some(out)
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The exporter against loopback sinks in the test's runtime: what is sent, the retries, the
+    //! drops, the flush.
+
+    use std::sync::Mutex;
+
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message;
+
+    use super::*;
+    use crate::judge::Citations;
+
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const SPAN: u64 = 0xb7ad6b7169203331;
+
+    /// What a sink received: path, headers, body.
+    type Received = Arc<Mutex<Vec<(String, HeaderMap, Bytes)>>>;
+
+    /// A loopback HTTP sink answering `fail` requests with `status` first, then 200 (after
+    /// `delay` each).
+    async fn sink(fail: usize, status: u16, delay: Duration) -> (String, Received) {
+        let received: Received = Arc::default();
+        let left = Arc::new(Mutex::new(fail));
+        let app = axum::Router::new().fallback({
+            let received = Arc::clone(&received);
+            move |uri: Uri, headers: HeaderMap, body: Bytes| {
+                let (received, left) = (Arc::clone(&received), Arc::clone(&left));
+                async move {
+                    tokio::time::sleep(delay).await;
+                    received
+                        .lock()
+                        .unwrap()
+                        .push((uri.path().to_owned(), headers, body));
+                    let mut left = left.lock().unwrap();
+                    if *left > 0 {
+                        *left -= 1;
+                        StatusCode::from_u16(status).unwrap()
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), received)
+    }
+
+    fn exporter(toml: &str, env: &[(&str, &str)]) -> (Exporter, ExportTasks) {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let config = Config::from_toml_with_env(toml, &env).unwrap();
+        let metrics = Arc::new(Metrics::new(
+            &["default".to_owned(), "head".to_owned()],
+            "test",
+        ));
+        Exporter::try_new(&config, &env, metrics).unwrap().unwrap()
+    }
+
+    fn trace(span: Option<u64>) -> Trace {
+        Trace {
+            trace_id: TRACE.into(),
+            span_id: span,
+            ..Trace::of("Who wrote it?", &[("d0", "Ann wrote it.")], "Bob wrote it.")
+        }
+    }
+
+    fn llm_verdict() -> Verdict {
+        Verdict {
+            judge: JudgeKind::Llm,
+            scores: crate::dimensions::PerQuality::default()
+                .with(Quality::Faithfulness, Some(0.0))
+                .with(Quality::AnswerRelevancy, Some(0.9)),
+            refusal: false,
+            uncertain: false,
+            citations: Citations::default(),
+            details: serde_json::json!({
+                "judge_model": "m+e@v3/one_call/json_schema",
+                "claims": [
+                    {"claim": "Bob wrote it.", "verdict": "contradicted"},
+                    {"claim": "It is a book.", "verdict": "supported"},
+                ],
+            }),
+        }
+    }
+
+    fn count(m: &Metrics, family: &str, target: &str, label: &str) -> u64 {
+        match family {
+            "sent" => m.export_sent.with_label_values(&[target, label]).get(),
+            _ => m.export_dropped.with_label_values(&[target, label]).get(),
+        }
+    }
+
+    fn attr<'a>(
+        attrs: &'a [opentelemetry_proto::tonic::common::v1::KeyValue],
+        key: &str,
+    ) -> Option<&'a Any> {
+        attrs
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref()?.value.as_ref())
+    }
+
+    /// An LLM verdict becomes one log record per scored metric on the judged span, with the
+    /// evaluation attributes, the provenance and (opted in) the unsupported claims; the child
+    /// spans are parented to the judged span. The standard variables name the endpoint and the
+    /// headers; the body is gzipped when asked.
+    #[tokio::test]
+    async fn llm_verdicts_become_evaluation_records_on_the_judged_span() {
+        let (url, received) = sink(0, 200, Duration::ZERO).await;
+        let toml = "[export]\nexplanations = true\nbatch_delay_ms = 10\n[export.otlp]\nchild_spans = true\n";
+        let (exporter, tasks) = exporter(
+            toml,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &url),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t%201"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ],
+        );
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        exporter.verdict("default", &trace(Some(SPAN)), &llm_verdict());
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "otlp", "ok"), 2);
+        let received = received.lock().unwrap();
+        let paths: Vec<&str> = received.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(paths, ["/v1/logs", "/v1/traces"]);
+        let (_, headers, body) = &received[0];
+        assert_eq!(headers["x-tenant"], "t 1");
+        assert_eq!(headers["content-encoding"], "gzip");
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .unwrap();
+        let logs = ExportLogsServiceRequest::decode(&plain[..]).unwrap();
+        let records = &logs.resource_logs[0].scope_logs[0].log_records;
+        assert_eq!(records.len(), 2);
+        let f = &records[0];
+        assert_eq!(f.event_name, "gen_ai.evaluation.result");
+        assert_eq!(hex(&f.trace_id), TRACE);
+        assert_eq!(f.span_id, SPAN.to_be_bytes());
+        let a = &f.attributes;
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.name"),
+            Some(&Any::StringValue("faithfulness".into()))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.score.value"),
+            Some(&Any::DoubleValue(0.0))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.score.label"),
+            Some(&Any::StringValue("unfaithful".into()))
+        );
+        assert_eq!(
+            attr(a, "gen_ai.evaluation.explanation"),
+            Some(&Any::StringValue("Bob wrote it. (contradicted)".into()))
+        );
+        assert_eq!(
+            attr(a, "ragwatch.judge.model"),
+            Some(&Any::StringValue("m+e@v3/one_call/json_schema".into()))
+        );
+        assert_eq!(
+            attr(&records[1].attributes, "gen_ai.evaluation.score.label"),
+            Some(&Any::StringValue("relevant".into()))
+        );
+        assert!(attr(&records[1].attributes, "gen_ai.evaluation.explanation").is_none());
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&received[1].2[..]),
+            &mut plain,
+        )
+        .unwrap();
+        let spans = ExportTraceServiceRequest::decode(&plain[..]).unwrap();
+        let spans = &spans.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(spans.len(), 2);
+        assert!(spans.iter().all(|s| s.parent_span_id == SPAN.to_be_bytes()
+            && s.start_time_unix_nano == s.end_time_unix_nano
+            && s.span_id != SPAN.to_be_bytes()));
+    }
+
+    /// Phoenix: one annotation per metric, named by the metric, LLM or CODE by judge, with the
+    /// key as a bearer token; 503s are retried with backoff until accepted.
+    #[tokio::test]
+    async fn phoenix_annotations_are_retried_on_503_and_carry_the_key() {
+        let (url, received) = sink(2, 503, Duration::ZERO).await;
+        let toml = format!(
+            "[export]\nbatch_delay_ms = 10\nbackoff_initial_ms = 5\n[export.phoenix]\nbase_url = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[("PHOENIX_API_KEY", "k1")]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        exporter.verdict(
+            "head",
+            &trace(Some(SPAN)),
+            &Verdict::with_faithfulness(JudgeKind::Offline, 0.75),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 1);
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 3, "two 503s, then accepted");
+        let (path, headers, body) = &received[2];
+        assert_eq!(path, "/v1/span_annotations");
+        assert_eq!(headers["authorization"], "Bearer k1");
+        let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let a = &body["data"][0];
+        assert_eq!(a["span_id"], format!("{SPAN:016x}"));
+        assert_eq!(a["name"], "faithfulness");
+        assert_eq!(a["annotator_kind"], "CODE");
+        assert_eq!(a["identifier"], "ragwatch.offline");
+        assert_eq!(a["result"]["label"], "faithful");
+        assert_eq!(a["result"]["score"], 0.75);
+        assert_eq!(a["metadata"]["stratum"], "head");
+        assert!(
+            a["metadata"]["judge_model"]
+                .as_str()
+                .unwrap()
+                .starts_with("offline-")
+        );
+    }
+
+    /// A trace with no judged span is not sent (counted `no_span`), nor is a 400 retried
+    /// (counted `rejected`); native traces name the span in their metadata.
+    #[tokio::test]
+    async fn no_span_and_rejections_are_counted() {
+        let (url, received) = sink(1, 400, Duration::ZERO).await;
+        let toml = format!(
+            "[export]\nbatch_delay_ms = 10\nspan_id_field = \"/otel/span_id\"\n[export.otlp]\nendpoint = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
+        exporter.verdict("default", &trace(None), &offline);
+        assert_eq!(count(&metrics, "dropped", "otlp", "no_span"), 1);
+        let mut native = trace(None);
+        native.metadata = crate::trace::metadata::Metadata::from_checked_text(
+            r#"{"otel":{"span_id":"00f067aa0ba902b7"}}"#,
+        );
+        exporter.verdict("default", &native, &offline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        exporter.verdict("default", &native, &offline);
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(count(&metrics, "sent", "otlp", "rejected"), 1);
+        assert_eq!(count(&metrics, "sent", "otlp", "ok"), 1);
+        let received = received.lock().unwrap();
+        let logs = ExportLogsServiceRequest::decode(&received[1].2[..]).unwrap();
+        let r = &logs.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(hex(&r.span_id), "00f067aa0ba902b7");
+    }
+
+    /// A target that answers slowly: offering never waits (a thousand verdicts offered in well
+    /// under the time one request takes), the queue's overflow is counted `queue_full`, and what is
+    /// still queued when the flush deadline passes is counted `shutdown`: every event is
+    /// accounted for.
+    #[tokio::test]
+    async fn a_slow_target_never_slows_the_offer_and_every_event_is_counted() {
+        let (url, _received) = sink(0, 200, Duration::from_millis(500)).await;
+        let toml = format!(
+            "[export]\nqueue_capacity = 8\nbatch_max = 2\nbatch_delay_ms = 1\nflush_timeout_ms = 100\n[export.otlp]\nendpoint = \"{url}\"\n"
+        );
+        let (exporter, tasks) = exporter(&toml, &[]);
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
+        let started = std::time::Instant::now();
+        for _ in 0..1000 {
+            exporter.verdict("default", &trace(Some(SPAN)), &offline);
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+        stop.cancel();
+        run.await.unwrap();
+        let sent: u64 = crate::metrics::EXPORT_OUTCOMES
+            .iter()
+            .map(|o| count(&metrics, "sent", "otlp", o))
+            .sum();
+        let dropped: u64 = crate::metrics::EXPORT_DROP_REASONS
+            .iter()
+            .map(|r| count(&metrics, "dropped", "otlp", r))
+            .sum();
+        assert_eq!(sent + dropped, 1000);
+        assert!(count(&metrics, "dropped", "otlp", "queue_full") >= 990 - 8);
+        assert!(count(&metrics, "dropped", "otlp", "shutdown") > 0);
+    }
+
+    #[test]
+    fn explanations_are_cut_on_a_character_boundary() {
+        let details = serde_json::json!({"claims": [
+            {"claim": "é".repeat(40), "verdict": "unsupported"},
+        ]});
+        let e = explanation(&details, 21).unwrap();
+        assert!(e.len() <= 21 && e.ends_with('…'), "{e}");
+        assert_eq!(explanation(&serde_json::json!({"claims": []}), 64), None);
+    }
+
+    #[test]
+    fn only_w3c_ids_are_taken() {
+        assert_eq!(
+            hex_id::<8>("00f067aa0ba902b7").map(|b| hex(&b)).as_deref(),
+            Some("00f067aa0ba902b7")
+        );
+        assert_eq!(hex_id::<8>("0000000000000000"), None);
+        assert_eq!(hex_id::<8>("+0f067aa0ba902b7"), None);
+        assert_eq!(hex_id::<16>("abc"), None);
+    }
+}
