@@ -53,6 +53,9 @@ pub enum RunError {
     /// The LLM judge could not be set up.
     #[error("llm judge: {0}")]
     Judge(#[from] crate::judge::llm::LlmSetupError),
+    /// The classifier judge could not be loaded.
+    #[error("classifier judge: {0}")]
+    Classifier(String),
     /// Verdict export could not be set up.
     #[error(transparent)]
     Export(#[from] crate::export::ExportSetupError),
@@ -93,11 +96,7 @@ pub async fn run(
         ready: Arc::clone(&ready),
         suspects: http::SuspectsState {
             shared: shared.clone(),
-            judges: if config.judge.sampled == crate::judge::config::SampledJudge::Llm {
-                vec![JudgeKind::Offline, JudgeKind::Llm]
-            } else {
-                vec![JudgeKind::Offline]
-            },
+            judges: config.judge.sampled.verdict_judges(),
             windows: (config.windows.short_secs, config.windows.baseline_secs),
         },
     };
@@ -299,8 +298,33 @@ async fn sampled_judge(
             }
             Some(PoolJudge::Llm(judge))
         }
+        SampledJudge::Classifier => {
+            judges.push(JudgeKind::Classifier);
+            Some(classifier_judge(config)?)
+        }
     };
     Ok((judges, budget, pool_judge))
+}
+
+/// The classifier judge `[classifier]` describes, loaded before the first trace.
+#[cfg(feature = "classifier")]
+fn classifier_judge(config: &Config) -> Result<PoolJudge, RunError> {
+    let judge = crate::judge::classifier::Classifier::from_config(&config.classifier)
+        .map_err(|e| RunError::Classifier(e.to_string()))?;
+    tracing::info!(
+        model = judge.identity(),
+        served = config.classifier.served.is_some(),
+        "classifier judge loaded"
+    );
+    Ok(PoolJudge::Classifier(Arc::new(judge)))
+}
+
+/// Without the feature, config validation refuses `judge.sampled = "classifier"` first.
+#[cfg(not(feature = "classifier"))]
+fn classifier_judge(_: &Config) -> Result<PoolJudge, RunError> {
+    Err(RunError::Classifier(
+        "this ragwatch is built without the cargo feature `classifier`".to_owned(),
+    ))
 }
 
 /// Starts the Kafka label consumer when `labels.topic` is set. Its failure stops labels only:

@@ -286,23 +286,30 @@ pub enum JudgeKind {
     Offline,
     /// A language model behind an OpenAI-compatible API.
     Llm,
+    /// A small trained model: an encoder and a head (`[classifier]`).
+    Classifier,
     /// The prediction-powered estimate of the LLM judge's mean (see `window::estimate`).
     Combined,
 }
 
 impl JudgeKind {
     /// The judges that produce verdicts, for pre-registering series and window rings.
-    pub const ALL: [JudgeKind; 2] = [JudgeKind::Offline, JudgeKind::Llm];
+    pub const ALL: [JudgeKind; 3] = [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Classifier];
 
     /// Every label value, estimates included: what drift rules and thresholds are keyed by.
-    pub(crate) const RULED: [JudgeKind; 3] =
-        [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Combined];
+    pub(crate) const RULED: [JudgeKind; 4] = [
+        JudgeKind::Offline,
+        JudgeKind::Llm,
+        JudgeKind::Classifier,
+        JudgeKind::Combined,
+    ];
 
     /// The label value.
     pub fn name(self) -> &'static str {
         match self {
             JudgeKind::Offline => "offline",
             JudgeKind::Llm => "llm",
+            JudgeKind::Classifier => "classifier",
             JudgeKind::Combined => "combined",
         }
     }

@@ -247,6 +247,8 @@ struct ReplayArgs {
 enum JudgeArg {
     Offline,
     Llm,
+    /// The classifier judge (`[classifier]`; a build with the feature `classifier`).
+    Classifier,
 }
 
 /// Logs go to stderr, as text or as one JSON object per line (`[log] format`). Text is coloured only
@@ -634,6 +636,35 @@ async fn signal(stop: CancellationToken) {
     stop.cancel();
 }
 
+/// The classifier judge of `[classifier]`, loaded for `replay --judge classifier`.
+#[cfg(feature = "classifier")]
+fn classifier(config: &Config) -> Result<std::sync::Arc<Classifier>, String> {
+    Classifier::from_config(&config.classifier)
+        .map(std::sync::Arc::new)
+        .map_err(|e| format!("classifier judge: {e}"))
+}
+
+#[cfg(feature = "classifier")]
+type Classifier = ragwatch::judge::classifier::Classifier;
+
+#[cfg(feature = "classifier")]
+fn replay_classifier(
+    c: Option<&std::sync::Arc<Classifier>>,
+) -> Option<ragwatch::replay::ReplayJudge<'_>> {
+    c.map(ragwatch::replay::ReplayJudge::Classifier)
+}
+
+/// Without the feature there is no classifier to load.
+#[cfg(not(feature = "classifier"))]
+fn classifier(_: &Config) -> Result<(), String> {
+    Err("--judge classifier needs a ragwatch built with the cargo feature `classifier`".into())
+}
+
+#[cfg(not(feature = "classifier"))]
+fn replay_classifier(_: Option<&()>) -> Option<ragwatch::replay::ReplayJudge<'_>> {
+    None
+}
+
 /// `ragwatch replay`: judges the files once, writes the verdicts, the summary and the audit.
 fn replay(
     runtime: &tokio::runtime::Runtime,
@@ -675,7 +706,7 @@ fn replay(
             None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
         };
         let llm = match judge {
-            JudgeArg::Offline => None,
+            JudgeArg::Offline | JudgeArg::Classifier => None,
             JudgeArg::Llm => {
                 let metrics = std::sync::Arc::new(ragwatch::metrics::Metrics::new(&[], "replay"));
                 match ragwatch::judge::llm::LlmJudge::try_new(&config, env, metrics) {
@@ -687,6 +718,16 @@ fn replay(
                 }
             }
         };
+        let classifier = match judge {
+            JudgeArg::Classifier => match classifier(&config) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("ragwatch: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            _ => None,
+        };
         let labels = match labels.as_deref().map(ragwatch::replay::ReplayLabels::read) {
             None => None,
             Some(Ok(l)) => Some(l),
@@ -696,10 +737,14 @@ fn replay(
             }
         };
         let started = std::time::Instant::now();
-        let replayed = ragwatch::replay::replay_with_labels(
+        let second = llm
+            .as_ref()
+            .map(ragwatch::replay::ReplayJudge::Llm)
+            .or_else(|| replay_classifier(classifier.as_ref()));
+        let replayed = ragwatch::replay::replay_with(
             &config,
             &files,
-            llm.as_ref(),
+            second,
             &k,
             audit,
             labels.as_ref(),

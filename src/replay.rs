@@ -348,6 +348,59 @@ pub async fn replay_with_labels(
     labels: Option<&ReplayLabels>,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
+    let judge = llm.map(ReplayJudge::Llm);
+    replay_with(config, files, judge, ks, audit, labels, out).await
+}
+
+/// The judge that replays the traces in place of the offline judge (whose verdicts are kept
+/// beside its own).
+#[derive(Clone, Copy)]
+pub enum ReplayJudge<'a> {
+    /// The LLM judge, paced to its budget.
+    Llm(&'a LlmJudge),
+    /// The classifier judge.
+    #[cfg(feature = "classifier")]
+    Classifier(&'a Arc<crate::judge::classifier::Classifier>),
+}
+
+impl<'a> ReplayJudge<'a> {
+    /// The judge's label value.
+    fn kind(self) -> JudgeKind {
+        match self {
+            ReplayJudge::Llm(_) => JudgeKind::Llm,
+            #[cfg(feature = "classifier")]
+            ReplayJudge::Classifier(_) => JudgeKind::Classifier,
+        }
+    }
+
+    /// The LLM judge, when it is the one.
+    fn llm(self) -> Option<&'a LlmJudge> {
+        match self {
+            ReplayJudge::Llm(j) => Some(j),
+            #[cfg(feature = "classifier")]
+            ReplayJudge::Classifier(_) => None,
+        }
+    }
+
+    async fn judge(self, trace: &Trace) -> Result<Verdict, crate::judge::llm::LlmError> {
+        match self {
+            ReplayJudge::Llm(j) => j.judge_paced(trace).await,
+            #[cfg(feature = "classifier")]
+            ReplayJudge::Classifier(j) => j.judge(trace).await.map_err(|e| e.into_llm()),
+        }
+    }
+}
+
+/// [`replay_with_labels`] with any second judge.
+pub async fn replay_with(
+    config: &Config,
+    files: &[PathBuf],
+    second: Option<ReplayJudge<'_>>,
+    ks: &[usize],
+    audit: bool,
+    labels: Option<&ReplayLabels>,
+    out: &mut dyn Write,
+) -> std::io::Result<Summary> {
     let shared = Shared::for_replay(config);
     let pipeline = Pipeline::new(config, shared.clone(), None);
     let mut records = Records::new(out);
@@ -365,11 +418,12 @@ pub async fn replay_with_labels(
         threshold,
         llm_threshold: config.labels.llm_faithful_threshold,
         labels,
+        second: second.map_or(JudgeKind::Llm, ReplayJudge::kind).name(),
     };
     let progress = progress_bar(files);
     let keep = config.decode.max_message_bytes.saturating_add(1);
     let otlp = config.decode.format.is_otlp();
-    match llm {
+    match second {
         None if otlp => {
             let (messages, dropped) =
                 otlp::for_each_trace(files, config, progress.as_ref(), |outcome, line| {
@@ -404,12 +458,14 @@ pub async fn replay_with_labels(
             })?;
         }
         Some(judge) => {
-            let mode = judge.resolve_structured_output().await;
-            tracing::info!(
-                structured_output = crate::judge::llm::mode_name(mode),
-                judge_model = %judge.identity(),
-                "replaying with the LLM judge"
-            );
+            if let Some(llm) = judge.llm() {
+                let mode = llm.resolve_structured_output().await;
+                tracing::info!(
+                    structured_output = crate::judge::llm::mode_name(mode),
+                    judge_model = %llm.identity(),
+                    "replaying with the LLM judge"
+                );
+            }
             let workers = config.judge.workers.max(1);
             // Lines (or assembled traces) travel from the reader to the judging loop over a
             // bounded channel: the reader (which may block on stdin) and the calls in flight
@@ -472,12 +528,9 @@ pub async fn replay_with_labels(
         join.unknown_trace = labels.len() as u64 - join.joined;
     }
     records.flush()?;
-    let judges: &[JudgeKind] = if llm.is_some() {
-        &[JudgeKind::Offline, JudgeKind::Llm]
-    } else {
-        &[JudgeKind::Offline]
-    };
-    summary.suspects = shared.suspect_reports(judges, 0);
+    let mut judges = vec![JudgeKind::Offline];
+    judges.extend(second.map(ReplayJudge::kind));
+    summary.suspects = shared.suspect_reports(&judges, 0);
     Ok(summary)
 }
 
@@ -506,6 +559,8 @@ struct Judged<'a> {
     threshold: f64,
     llm_threshold: f64,
     labels: Option<&'a ReplayLabels>,
+    /// The second judge's label value (whose skips the records name).
+    second: &'static str,
 }
 
 /// Traces started ahead of the oldest unwritten one, per worker, at most: bounds the memory a slow
@@ -519,7 +574,7 @@ async fn judge_in_order(
     rx: futures::channel::mpsc::Receiver<(Input, u64)>,
     workers: usize,
     pipeline: &Pipeline,
-    judge: &LlmJudge,
+    judge: ReplayJudge<'_>,
     audit: bool,
     mut write: impl FnMut(&Evaluation, &Extra, u64) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
@@ -543,14 +598,14 @@ async fn judge_in_order(
                 reversed: None,
             };
             if let (Ok(t), None) = (&eval.trace, eval.unjudged) {
-                match judge.judge_paced(t).await {
+                match judge.judge(t).await {
                     Ok(v) => eval.verdict = Some(v),
                     Err(e) => eval.skipped = Some(e.kind().name()),
                 }
                 if audit && t.label_faithful.is_some() && eval.verdict.is_some() {
                     let mut reversed = t.clone();
                     reversed.contexts.reverse();
-                    let v = judge.judge_paced(&reversed).await;
+                    let v = judge.judge(&reversed).await;
                     extra.reversed = Some(v.ok().and_then(|v| v.faithfulness()));
                 }
             }
@@ -600,7 +655,13 @@ fn write_record(
     records: &mut Records<'_>,
 ) -> std::io::Result<()> {
     let label = summary.count(shared, eval, extra, judged);
-    records.write(&record_of(shared, (eval, offline), line, label))
+    records.write(&record_of(
+        shared,
+        (eval, offline),
+        line,
+        label,
+        judged.second,
+    ))
 }
 
 /// The record of `eval` at `line`, with the label it was judged against (a label file's, else the
@@ -610,6 +671,7 @@ fn record_of<'a>(
     (eval, offline): (&'a Evaluation, Option<&'a OfflineScore>),
     line: u64,
     label: Option<bool>,
+    second: &'static str,
 ) -> VerdictRecord<'a> {
     let unscored = |trace: Option<&'a Trace>, judge, status, reason| VerdictRecord {
         trace_id: trace.map(|t| t.trace_id.as_str()),
@@ -627,7 +689,7 @@ fn record_of<'a>(
         (Ok(trace), _) if eval.unjudged.is_some() => {
             unscored(Some(trace), "offline", "unjudged", eval.unjudged)
         }
-        (Ok(trace), None) => unscored(Some(trace), "llm", "skipped", eval.skipped),
+        (Ok(trace), None) => unscored(Some(trace), second, "skipped", eval.skipped),
         (Ok(trace), Some(verdict)) => VerdictRecord {
             trace_id: Some(&trace.trace_id),
             stratum: Some(shared.stratifier.name(eval.stratum)),
@@ -682,7 +744,7 @@ impl Summary {
         };
         self.keep_for_audit(trace, Some(verdict), extra.reversed);
         let (offline, llm) = match verdict.judge {
-            JudgeKind::Llm => (extra.offline.as_ref(), Some(verdict)),
+            JudgeKind::Llm | JudgeKind::Classifier => (extra.offline.as_ref(), Some(verdict)),
             _ => (Some(verdict), None),
         };
         shared.attribute_replayed(eval.stratum, trace, offline, llm);

@@ -28,6 +28,7 @@ use crate::export::config::ExportConfig;
 use crate::fleet::config::FleetConfig;
 use crate::http::config::HttpConfig;
 use crate::http::write::config::WriteConfig;
+use crate::judge::classifier::config::ClassifierConfig;
 use crate::judge::config::{JudgeConfig, SampledJudge};
 use crate::judge::llm::config::{BudgetConfig, LlmConfig};
 use crate::metrics::config::MetricsConfig;
@@ -82,6 +83,9 @@ pub struct Config {
     /// The LLM judge's API, used when `judge.sampled = "llm"`.
     #[serde(default)]
     pub llm: LlmConfig,
+    /// The classifier judge, used when `judge.sampled = "classifier"`.
+    #[serde(default)]
+    pub classifier: ClassifierConfig,
     /// The LLM judge's budget for the whole fleet.
     #[serde(default)]
     pub budget: BudgetConfig,
@@ -238,6 +242,8 @@ impl Config {
         self.validate_drift(&mut p);
         self.llm
             .validate(self.judge.sampled == SampledJudge::Llm, &mut p);
+        self.classifier
+            .validate(self.judge.sampled == SampledJudge::Classifier, &mut p);
         self.labels.validate(&mut p);
         self.assembly.validate(&mut p);
         self.otlp.validate(&mut p);
@@ -294,6 +300,14 @@ impl Config {
                 }
             }
         }
+    }
+
+    /// The judges drift rules and thresholds exist for: the classifier's only when it runs.
+    pub(crate) fn ruled_judges(&self) -> impl Iterator<Item = crate::dimensions::JudgeKind> + '_ {
+        crate::dimensions::JudgeKind::RULED.into_iter().filter(|j| {
+            *j != crate::dimensions::JudgeKind::Classifier
+                || self.judge.sampled == SampledJudge::Classifier
+        })
     }
 
     /// Whether the write listener is bound: the OTLP receiver or the labels endpoint is on.

@@ -1,6 +1,7 @@
 //! The judges and their bounded work queue.
 
 use crate::config::problems::Problems;
+use crate::dimensions::JudgeKind;
 use serde::{Deserialize, Serialize};
 
 /// Which judge scores the sample.
@@ -13,6 +14,29 @@ pub enum SampledJudge {
     Offline,
     /// The LLM judge (`[llm]`, `[budget]`).
     Llm,
+    /// The classifier judge (`[classifier]`), built with the cargo feature `classifier`.
+    Classifier,
+}
+
+impl SampledJudge {
+    /// The judge whose verdicts the sampled judge records: the offline judge's again or none
+    /// count as the offline judge.
+    pub fn kind(self) -> JudgeKind {
+        match self {
+            SampledJudge::None | SampledJudge::Offline => JudgeKind::Offline,
+            SampledJudge::Llm => JudgeKind::Llm,
+            SampledJudge::Classifier => JudgeKind::Classifier,
+        }
+    }
+
+    /// The judges that produce verdicts: the offline judge, and the sampled one when it is another.
+    pub fn verdict_judges(self) -> Vec<JudgeKind> {
+        let mut judges = vec![JudgeKind::Offline];
+        if self.kind() != JudgeKind::Offline {
+            judges.push(self.kind());
+        }
+        judges
+    }
 }
 
 /// Judges and their bounded work queue.

@@ -4,7 +4,6 @@
 //! The offline judge runs inline on every trace; the sampled judge runs on the sample, off the ingest
 //! path, through a bounded queue (the pipeline owns the queue and the pool).
 
-#[cfg(feature = "classifier")]
 pub mod classifier;
 pub mod config;
 pub mod llm;

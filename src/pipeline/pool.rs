@@ -27,6 +27,9 @@ pub(crate) enum PoolJudge {
     Offline(OfflineJudge),
     /// The LLM judge.
     Llm(Arc<LlmJudge>),
+    /// The classifier judge.
+    #[cfg(feature = "classifier")]
+    Classifier(Arc<crate::judge::classifier::Classifier>),
 }
 
 impl PoolJudge {
@@ -34,6 +37,8 @@ impl PoolJudge {
         match self {
             PoolJudge::Offline(_) => JudgeKind::Offline,
             PoolJudge::Llm(_) => JudgeKind::Llm,
+            #[cfg(feature = "classifier")]
+            PoolJudge::Classifier(_) => JudgeKind::Classifier,
         }
     }
 
@@ -41,6 +46,12 @@ impl PoolJudge {
         match self {
             PoolJudge::Offline(j) => Ok(Judged::fresh(j.judge(&job.trace))),
             PoolJudge::Llm(j) => j.judge(&job.trace, job.priority).await,
+            #[cfg(feature = "classifier")]
+            PoolJudge::Classifier(j) => j
+                .judge(&job.trace)
+                .await
+                .map(Judged::fresh)
+                .map_err(|e| e.into_llm()),
         }
     }
 }

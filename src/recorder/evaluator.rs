@@ -23,7 +23,7 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
     m.threshold_page_llr.set(config.windows.page_llr);
     for stratum in shared.stratifier.names() {
         for metric in Quality::ALL {
-            for judge in JudgeKind::RULED {
+            for judge in config.ruled_judges() {
                 let rule = config.drift_rule(metric, judge, stratum);
                 let labels = [metric.name(), stratum.as_str(), judge.name()];
                 for (kind, value) in [

@@ -80,7 +80,9 @@ struct Remembered {
     feedback: [u8; 2],
     at_ms: u64,
     offline: Option<f64>,
-    llm: Option<f64>,
+    /// The sampled judge's score, and which judge that is (the LLM judge or the classifier).
+    sampled: Option<f64>,
+    sampled_judge: JudgeKind,
 }
 
 #[derive(Debug, Default)]
@@ -295,6 +297,16 @@ impl Feedback {
         }
     }
 
+    /// The threshold that turns `judge`'s score into a verdict: the LLM judge's own, else the
+    /// offline judge's (the classifier's probability reads as the offline judge's score does).
+    fn sampled_threshold(&self, judge: JudgeKind) -> f64 {
+        if judge == JudgeKind::Llm {
+            self.llm_threshold
+        } else {
+            self.offline_threshold
+        }
+    }
+
     /// Remembers `judge`'s faithfulness score of `trace_id` (absent scores are remembered too: a
     /// trace the judge found no claims in can still be labelled).
     #[cfg(test)]
@@ -332,11 +344,15 @@ impl Feedback {
             feedback: [0; 2],
             at_ms: now_ms,
             offline: None,
-            llm: None,
+            sampled: None,
+            sampled_judge: JudgeKind::Llm,
         });
         match judge {
             JudgeKind::Offline => entry.offline = score,
-            JudgeKind::Llm => entry.llm = score,
+            JudgeKind::Llm | JudgeKind::Classifier => {
+                entry.sampled = score;
+                entry.sampled_judge = judge;
+            }
             JudgeKind::Combined => {}
         }
         let (events, invalid) = attached;
@@ -512,7 +528,10 @@ impl Feedback {
         };
         let polarity = polarity_index(polarity);
         r.feedback[polarity] = r.feedback[polarity].saturating_add(1);
-        let scores = [(JudgeKind::Offline, r.offline), (JudgeKind::Llm, r.llm)];
+        let scores = [
+            (JudgeKind::Offline, r.offline),
+            (r.sampled_judge, r.sampled),
+        ];
         for (judge, score) in scores {
             if let Some(score) = score {
                 u.metrics
@@ -546,7 +565,11 @@ impl Feedback {
         let stratum = names.get(r_stratum).map(String::as_str).unwrap_or("other");
         for (judge, score, threshold) in [
             (JudgeKind::Offline, r.offline, self.offline_threshold),
-            (JudgeKind::Llm, r.llm, self.llm_threshold),
+            (
+                r.sampled_judge,
+                r.sampled,
+                self.sampled_threshold(r.sampled_judge),
+            ),
         ] {
             if let Some(score) = score {
                 metrics

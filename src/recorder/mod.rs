@@ -217,10 +217,7 @@ impl Shared {
             config.windows.buckets,
             stratifier.names().len(),
         );
-        let mut label_judges = vec![JudgeKind::Offline];
-        if config.judge.sampled == SampledJudge::Llm {
-            label_judges.push(JudgeKind::Llm);
-        }
+        let label_judges = config.judge.sampled.verdict_judges();
         if config.labels.enabled {
             for outcome in LabelOutcome::ALL {
                 metrics
@@ -229,10 +226,7 @@ impl Shared {
             }
             // Every bucket of every class from the start: the AUROC rule multiplies series
             // matched by `le`, and a missing bucket would drop a term rather than count zero.
-            let mut judges = vec![JudgeKind::Offline];
-            if config.judge.sampled == SampledJudge::Llm {
-                judges.push(JudgeKind::Llm);
-            }
+            let judges = config.judge.sampled.verdict_judges();
             metrics.labelled.precreate(&judges, stratifier.names());
             for judge in &judges {
                 for stratum in stratifier.names() {
@@ -255,10 +249,7 @@ impl Shared {
             metrics.precreate_estimate_terms(stratifier.names());
         }
         let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
-        let sampled_judge = match config.judge.sampled {
-            SampledJudge::Llm => JudgeKind::Llm,
-            SampledJudge::None | SampledJudge::Offline => JudgeKind::Offline,
-        };
+        let sampled_judge = config.judge.sampled.kind();
         let comparisons = comparison::Comparisons::new(
             config,
             stratifier.names(),
@@ -490,6 +481,10 @@ pub fn judge_model(config: &Config) -> String {
         SampledJudge::Llm => format!(
             "offline-{version},{}",
             crate::judge::llm::LlmJudge::model_id(&config.llm)
+        ),
+        SampledJudge::Classifier => format!(
+            "offline-{version},{}",
+            crate::judge::classifier::identity(&config.classifier)
         ),
     }
 }

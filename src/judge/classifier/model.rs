@@ -1,16 +1,15 @@
-//! A BERT-family encoder loaded from a model directory (`config.json`, `tokenizer.json`,
-//! `model.safetensors`), run on the CPU with candle, its token states mean-pooled into one vector
+//! A BERT-family encoder run on the CPU with candle: the weights of `model.safetensors` in a model
+//! directory (its `config.json` read by [`super::Tokens`]), token states mean-pooled into one vector
 //! per input. Nothing is downloaded: the directory is mounted or shipped beside the binary.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::ClassifierError;
+use super::tokens::{Tokens, read};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, Module, VarBuilder};
 use serde::Deserialize;
-use tokenizers::Tokenizer;
-
-use super::ClassifierError;
 
 /// The fields of a BERT `config.json` the forward pass needs; the rest are ignored.
 #[derive(Debug, Clone, Deserialize)]
@@ -92,14 +91,32 @@ struct Layer {
     output_norm: LayerNorm,
 }
 
-/// A loaded encoder and its tokenizer.
+impl Layer {
+    fn load(l: &VarBuilder<'_>, config: &EncoderConfig) -> candle_core::Result<Self> {
+        let (h, eps) = (config.hidden_size, config.layer_norm_eps);
+        let att = l.pp("attention");
+        Ok(Self {
+            query: candle_nn::linear(h, h, att.pp("self.query"))?,
+            key: candle_nn::linear(h, h, att.pp("self.key"))?,
+            value: candle_nn::linear(h, h, att.pp("self.value"))?,
+            attention_out: candle_nn::linear(h, h, att.pp("output.dense"))?,
+            attention_norm: candle_nn::layer_norm(h, eps, att.pp("output.LayerNorm"))?,
+            intermediate: candle_nn::linear(
+                h,
+                config.intermediate_size,
+                l.pp("intermediate.dense"),
+            )?,
+            output: candle_nn::linear(config.intermediate_size, h, l.pp("output.dense"))?,
+            output_norm: candle_nn::layer_norm(h, eps, l.pp("output.LayerNorm"))?,
+        })
+    }
+}
+
+/// A loaded encoder: its weights and how to run them.
 #[derive(Debug)]
 pub struct Encoder {
     config: EncoderConfig,
     activation: Activation,
-    tokenizer: Tokenizer,
-    cls_id: u32,
-    sep_id: u32,
     pad_id: u32,
     word: Embedding,
     position: Embedding,
@@ -110,41 +127,23 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`. Weight names may
+    /// Loads `model.safetensors` from `dir` for the model `tokens` describes. Weight names may
     /// carry a `bert.` prefix (a classification checkpoint) or not (a bare encoder).
-    pub fn load(dir: &Path) -> Result<Self, ClassifierError> {
-        let read = |name: &str| {
-            std::fs::read(dir.join(name)).map_err(|e| ClassifierError::Io {
-                path: dir.join(name).display().to_string(),
-                source: e,
-            })
-        };
-        let config: EncoderConfig = serde_json::from_slice(&read("config.json")?)
-            .map_err(|e| ClassifierError::Config(format!("config.json: {e}")))?;
+    pub fn load(dir: &Path, tokens: &Tokens) -> Result<Self, ClassifierError> {
+        let config = tokens.config().clone();
         let activation = Activation::parse(&config.hidden_act)?;
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
             return Err(ClassifierError::Config(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 config.hidden_size, config.num_attention_heads
             )));
         }
-        let mut tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?)
-            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
-        // Windowing decides lengths; the file's own truncation and padding would cut inputs short.
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
-        tokenizer.with_padding(None);
-        let special = |token: &str| {
-            tokenizer.token_to_id(token).ok_or_else(|| {
-                ClassifierError::Tokenizer(format!("tokenizer.json has no {token} token"))
-            })
-        };
-        let (cls_id, sep_id) = (special("[CLS]")?, special("[SEP]")?);
-        let pad_id = tokenizer.token_to_id("[PAD]").unwrap_or(0);
-
         let device = Device::Cpu;
-        let bytes = read("model.safetensors")?;
+        let bytes = read(dir, "model.safetensors")?;
         let tensors = candle_core::safetensors::load_buffer(&bytes, &device)?;
         let tensors: HashMap<String, Tensor> = tensors
             .into_iter()
@@ -165,30 +164,12 @@ impl Encoder {
         let embedding_norm = candle_nn::layer_norm(h, eps, emb.pp("LayerNorm"))?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let l = vb.pp(format!("encoder.layer.{i}"));
-            let att = l.pp("attention");
-            layers.push(Layer {
-                query: candle_nn::linear(h, h, att.pp("self.query"))?,
-                key: candle_nn::linear(h, h, att.pp("self.key"))?,
-                value: candle_nn::linear(h, h, att.pp("self.value"))?,
-                attention_out: candle_nn::linear(h, h, att.pp("output.dense"))?,
-                attention_norm: candle_nn::layer_norm(h, eps, att.pp("output.LayerNorm"))?,
-                intermediate: candle_nn::linear(
-                    h,
-                    config.intermediate_size,
-                    l.pp("intermediate.dense"),
-                )?,
-                output: candle_nn::linear(config.intermediate_size, h, l.pp("output.dense"))?,
-                output_norm: candle_nn::layer_norm(h, eps, l.pp("output.LayerNorm"))?,
-            });
+            layers.push(Layer::load(&vb.pp(format!("encoder.layer.{i}")), &config)?);
         }
         Ok(Self {
             config,
             activation,
-            tokenizer,
-            cls_id,
-            sep_id,
-            pad_id,
+            pad_id: tokens.pad_id(),
             word,
             position,
             token_type,
@@ -198,32 +179,9 @@ impl Encoder {
         })
     }
 
-    /// The model's configuration.
-    pub fn config(&self) -> &EncoderConfig {
-        &self.config
-    }
-
     /// The longest input the position embeddings allow, special tokens included.
     pub fn max_tokens(&self) -> usize {
         self.config.max_position_embeddings
-    }
-
-    /// The ids of `text` without special tokens and without truncation.
-    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, ClassifierError> {
-        let encoding = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| ClassifierError::Tokenizer(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
-    }
-
-    /// `[CLS] ids [SEP]`: one input as the encoder takes it.
-    pub fn with_special_tokens(&self, ids: &[u32]) -> Vec<u32> {
-        let mut out = Vec::with_capacity(ids.len() + 2);
-        out.push(self.cls_id);
-        out.extend_from_slice(ids);
-        out.push(self.sep_id);
-        out
     }
 
     /// Mean-pooled last hidden states of each input (ids with their special tokens, each at most

@@ -630,7 +630,7 @@ pub(crate) fn decode_f32s(text: &str) -> Result<Vec<f64>, EmbeddingError> {
         .collect())
 }
 
-fn classify(e: reqwest::Error) -> LlmError {
+pub(crate) fn classify(e: reqwest::Error) -> LlmError {
     if e.is_timeout() {
         LlmError::Timeout
     } else {

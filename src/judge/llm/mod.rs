@@ -31,6 +31,8 @@ pub(crate) use cache::VerdictCache;
 pub use canary::agreement;
 pub(crate) use canary::run_canaries;
 pub use client::backoff;
+#[cfg(feature = "classifier")]
+pub(crate) use client::classify;
 pub(crate) use client::{
     ChatRequest, EmbeddingError, LlmClient, LlmError, Tries, Usage, retry_after,
 };

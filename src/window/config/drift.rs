@@ -81,7 +81,9 @@ impl DriftRule {
     /// The built-in rule of `metric` for `judge` (see the module docs for why).
     pub(crate) fn builtin(metric: Quality, judge: JudgeKind) -> RuleOverride {
         match judge {
-            JudgeKind::Offline => RuleOverride {
+            // The classifier's probabilities are not on the LLM judge's scale: like the offline
+            // judge, it gets the scale-free shift rule, not a floor.
+            JudgeKind::Offline | JudgeKind::Classifier => RuleOverride {
                 floor: None,
                 max_drop: None,
                 shift_sd: Some(0.1),
