@@ -195,6 +195,10 @@ def main():
         extra = f"  C per fold {chosen[name]}" if name in chosen else ""
         print(f"{name}: AUROC {auc:.3f} [{lo:.3f}, {hi:.3f}]  minus lexical {auc - lex_auc:+.3f} "
               f"[{dlo:+.3f}, {dhi:+.3f}]  folds " + ", ".join(f"{v:.3f}" for v in per) + extra)
+    # The combined estimate's power grows with the square of the cheap judge's correlation with the
+    # sampled judge's verdicts; the label stand-in judge's verdicts follow the human labels.
+    for name, v in [("lexical", lexical), ("head", oof["head (all features)"])]:
+        print(f"Pearson r({name}, human label) out of fold: {np.corrcoef(v, y)[0, 1]:.3f}")
     print(f"Spearman(head, lexical) out of fold: "
           f"{np.corrcoef(np.argsort(np.argsort(oof['head (all features)'])), np.argsort(np.argsort(lexical)))[0, 1]:.3f}")
 

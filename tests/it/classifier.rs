@@ -341,8 +341,9 @@ fn run_with_the_classifier_tier() {
         ),
         n as f64
     );
+    // The offline judge judged every trace too (some with no claims, which is no score).
     assert_eq!(
-        m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]),
+        m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
         n as f64
     );
     let info =
