@@ -4,13 +4,13 @@
 //! supported, its faithfulness score.
 //!
 //! - [`config`]: the `[classifier]` section (plain data, built without the feature too).
-//! - [`tokens`]: the model directory's tokenizer; both paths tokenize here.
-//! - [`window`]: long inputs cut into overlapping windows, each embedded on its own.
-//! - [`model`]: the encoder run in process on the CPU (candle).
-//! - [`served`]: the encoder run by a model server (text-embeddings-inference, vLLM), sent the
+//! - `tokens`: the model directory's tokenizer; both paths tokenize here.
+//! - `window`: long inputs cut into overlapping windows, each embedded on its own.
+//! - `model`: the encoder run in process on the CPU (candle).
+//! - `served`: the encoder run by a model server (text-embeddings-inference, vLLM), sent the
 //!   same token ids.
-//! - [`encoder`]: texts to pooled vectors through either.
-//! - [`features`], [`head`]: the head's inputs and the head.
+//! - `encoder`: texts to pooled vectors through either.
+//! - `features`, `head`: the head's inputs and the head.
 //!
 //! Everything but the config needs the cargo feature `classifier`.
 
