@@ -296,6 +296,10 @@ impl JudgeKind {
     /// The judges that produce verdicts, for pre-registering series and window rings.
     pub const ALL: [JudgeKind; 3] = [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Classifier];
 
+    /// The judges whose series every deployment starts at zero; the classifier's start when it
+    /// runs (`Metrics::start_judge`).
+    pub const STARTED: [JudgeKind; 2] = [JudgeKind::Offline, JudgeKind::Llm];
+
     /// Every label value, estimates included: what drift rules and thresholds are keyed by.
     pub(crate) const RULED: [JudgeKind; 4] = [
         JudgeKind::Offline,

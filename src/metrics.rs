@@ -222,7 +222,8 @@ pub(crate) const LENGTH_TERMS: [&str; 6] = ["n", "x", "y", "xx", "yy", "xy"];
 /// The series of `ragwatch_judge_length_moments_total`, by (stratum, judge, metric) index.
 #[derive(Debug, Clone)]
 pub(crate) struct LengthMoments {
-    counters: Vec<[prometheus::Counter; 6]>,
+    /// `None` for a judge that does not run here.
+    counters: Vec<Option<[prometheus::Counter; 6]>>,
 }
 
 impl LengthMoments {
@@ -232,7 +233,7 @@ impl LengthMoments {
         let m = Quality::ALL.iter().position(|k| *k == metric);
         let (Some(j), Some(m)) = (j, m) else { return };
         let i = (stratum * JudgeKind::ALL.len() + j) * Quality::ALL.len() + m;
-        let Some(c) = self.counters.get(i) else {
+        let Some(Some(c)) = self.counters.get(i) else {
             return;
         };
         let terms = [
@@ -888,33 +889,19 @@ impl Metrics {
             for valid in ["true", "false"] {
                 self.citations.with_label_values(&[s, valid]);
             }
-            for j in JudgeKind::RULED {
-                for metric in Quality::ALL {
-                    for rule in RuleKind::ALL {
-                        self.drift_active.with_label_values(&[
-                            metric.name(),
-                            s,
-                            j.name(),
-                            rule.name(),
-                        ]);
-                    }
+            for metric in Quality::ALL {
+                for rule in RuleKind::ALL {
+                    self.drift_active.with_label_values(&[
+                        metric.name(),
+                        s,
+                        JudgeKind::Combined.name(),
+                        rule.name(),
+                    ]);
                 }
             }
-            for j in JudgeKind::ALL {
-                self.traces_judged.with_label_values(&[s, j.name()]);
-                for (_, h) in self.scores.iter() {
-                    h.with_label_values(&[s, j.name()]);
-                }
-                for stage in crate::window::STAGES {
-                    self.diagnosis.with_label_values(&[s, j.name(), stage]);
-                }
-                self.no_claims.with_label_values(&[s, j.name()]);
-                self.refusals.with_label_values(&[s, j.name()]);
-                for metric in Quality::ALL {
-                    self.score_squares
-                        .with_label_values(&[metric.name(), s, j.name()]);
-                }
-            }
+        }
+        for j in JudgeKind::STARTED {
+            self.start_judge(strata, j);
         }
         self.judge_duration.with_label_values(&["llm"]);
         for s in strata {
@@ -922,16 +909,56 @@ impl Metrics {
         }
     }
 
-    /// The length-correlation counters of every (stratum, judge, metric), resolved once: the
-    /// ingest path adds to them for every trace without a label lookup.
-    pub(crate) fn length_moments_of(&self, strata: &[String]) -> LengthMoments {
+    /// Starts the per-stratum series of `judge` at zero (its verdicts, scores, drift flags).
+    pub(crate) fn start_judge(&self, strata: &[String], judge: JudgeKind) {
+        let j = judge.name();
+        if judge == JudgeKind::Classifier {
+            for outcome in JudgeOutcome::ALL {
+                self.judge_requests.with_label_values(&[j, outcome.name()]);
+            }
+            self.judge_duration.with_label_values(&[j]);
+        }
+        for s in strata {
+            let s = s.as_str();
+            self.traces_judged.with_label_values(&[s, j]);
+            for (_, h) in self.scores.iter() {
+                h.with_label_values(&[s, j]);
+            }
+            for stage in crate::window::STAGES {
+                self.diagnosis.with_label_values(&[s, j, stage]);
+            }
+            self.no_claims.with_label_values(&[s, j]);
+            self.refusals.with_label_values(&[s, j]);
+            for metric in Quality::ALL {
+                self.score_squares.with_label_values(&[metric.name(), s, j]);
+                for rule in RuleKind::ALL {
+                    self.drift_active
+                        .with_label_values(&[metric.name(), s, j, rule.name()]);
+                }
+            }
+        }
+    }
+
+    /// The length-correlation counters of every (stratum, judge, metric) of `judges`, resolved
+    /// once: the ingest path adds to them for every trace without a label lookup.
+    pub(crate) fn length_moments_of(
+        &self,
+        strata: &[String],
+        judges: &[JudgeKind],
+    ) -> LengthMoments {
         let mut counters = Vec::new();
         for s in strata {
             for j in JudgeKind::ALL {
                 for metric in Quality::ALL {
-                    counters.push(LENGTH_TERMS.map(|term| {
-                        self.length_moments
-                            .with_label_values(&[metric.name(), s, j.name(), term])
+                    counters.push(judges.contains(&j).then(|| {
+                        LENGTH_TERMS.map(|term| {
+                            self.length_moments.with_label_values(&[
+                                metric.name(),
+                                s,
+                                j.name(),
+                                term,
+                            ])
+                        })
                     }));
                 }
             }

@@ -108,15 +108,19 @@ impl Shared {
     fn drifting(&self, stratum: StratumId) -> bool {
         let s = self.stratifier.name(stratum);
         Quality::ALL.iter().any(|m| {
-            JudgeKind::RULED.iter().any(|j| {
-                crate::window::RuleKind::ALL.iter().any(|r| {
-                    self.metrics
-                        .drift_active
-                        .with_label_values(&[m.name(), s, j.name(), r.name()])
-                        .get()
-                        > 0
+            // The review queue that asks is the LLM judge's: the classifier's flags do not matter
+            // here, and reading them would start their series.
+            [JudgeKind::Offline, JudgeKind::Llm, JudgeKind::Combined]
+                .iter()
+                .any(|j| {
+                    crate::window::RuleKind::ALL.iter().any(|r| {
+                        self.metrics
+                            .drift_active
+                            .with_label_values(&[m.name(), s, j.name(), r.name()])
+                            .get()
+                            > 0
+                    })
                 })
-            })
         })
     }
 
@@ -248,7 +252,12 @@ impl Shared {
         if config.judge.sampled == SampledJudge::Llm {
             metrics.precreate_estimate_terms(stratifier.names());
         }
-        let length_moments = Arc::new(metrics.length_moments_of(stratifier.names()));
+        let mut judges = JudgeKind::STARTED.to_vec();
+        if config.judge.sampled == SampledJudge::Classifier {
+            metrics.start_judge(stratifier.names(), JudgeKind::Classifier);
+            judges.push(JudgeKind::Classifier);
+        }
+        let length_moments = Arc::new(metrics.length_moments_of(stratifier.names(), &judges));
         let sampled_judge = config.judge.sampled.kind();
         let comparisons = comparison::Comparisons::new(
             config,

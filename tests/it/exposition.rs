@@ -234,7 +234,7 @@ fn families_read_by_rules() -> BTreeSet<String> {
 /// Prometheus could not count what came before that scrape.
 #[test]
 fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
-    use ragwatch::dimensions::{JudgeKind, Quality};
+    use ragwatch::dimensions::Quality;
     // A consumer pointed at a closed port: running, and no trace ever arrives.
     let rw = Ragwatch::start(
         &root().join("config/llm.toml"),
@@ -299,7 +299,12 @@ fn every_series_a_rule_reads_exists_at_zero_before_the_first_trace() {
     ]
     .map(String::from)
     .into();
-    let judges: BTreeSet<String> = JudgeKind::ALL.iter().map(|j| j.name().to_owned()).collect();
+    // The judges this config runs (config/llm.toml: the offline and the LLM judge).
+    let judges: BTreeSet<String> = ragwatch::judge::config::SampledJudge::Llm
+        .verdict_judges()
+        .iter()
+        .map(|j| j.name().to_owned())
+        .collect();
     let metrics: BTreeSet<String> = Quality::ALL.iter().map(|m| m.name().to_owned()).collect();
     let buckets: BTreeSet<String> = ragwatch::eval::LABEL_SCORE_BOUNDS
         .iter()
