@@ -6,48 +6,9 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::ClassifierError;
-use super::tokens::{Tokens, read};
+use super::tokens::{EncoderConfig, Tokens, read};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, LayerNorm, Linear, Module, VarBuilder};
-use serde::Deserialize;
-
-/// The fields of a BERT `config.json` the forward pass needs; the rest are ignored.
-#[derive(Debug, Clone, Deserialize)]
-pub struct EncoderConfig {
-    /// Vocabulary size of the word embeddings.
-    pub vocab_size: usize,
-    /// Width of every hidden state.
-    pub hidden_size: usize,
-    /// Number of transformer layers.
-    pub num_hidden_layers: usize,
-    /// Attention heads per layer.
-    pub num_attention_heads: usize,
-    /// Width of the feed-forward layer.
-    pub intermediate_size: usize,
-    /// Feed-forward activation: `gelu` (erf), `gelu_new` / `gelu_pytorch_tanh` (tanh), `relu`.
-    #[serde(default = "default_hidden_act")]
-    pub hidden_act: String,
-    /// Longest input, in tokens, the position embeddings cover.
-    pub max_position_embeddings: usize,
-    /// Number of token types (segments).
-    #[serde(default = "default_type_vocab_size")]
-    pub type_vocab_size: usize,
-    /// Layer norm epsilon.
-    #[serde(default = "default_layer_norm_eps")]
-    pub layer_norm_eps: f64,
-}
-
-fn default_hidden_act() -> String {
-    "gelu".to_owned()
-}
-
-fn default_type_vocab_size() -> usize {
-    2
-}
-
-fn default_layer_norm_eps() -> f64 {
-    1e-12
-}
 
 /// The feed-forward activation named by `hidden_act`: the checkpoint's, not a hard-coded one.
 #[derive(Debug, Clone, Copy, PartialEq)]
