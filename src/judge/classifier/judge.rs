@@ -67,9 +67,11 @@ impl Classifier {
         model_dir: &std::path::Path,
         head_path: &std::path::Path,
     ) -> Result<Self, ClassifierError> {
-        let head = Head::load(head_path)?;
-        let text = TextEncoder::load(model_dir, Some(head.window_tokens))?;
-        Self::new(text, head, (model_dir, head_path), None)
+        Self::from_config(&ClassifierConfig {
+            model_dir: Some(model_dir.to_path_buf()),
+            head: Some(head_path.to_path_buf()),
+            ..ClassifierConfig::default()
+        })
     }
 
     /// The judge `[classifier]` describes: in process, or served when `served` is set.
@@ -86,15 +88,6 @@ impl Classifier {
             Some(s) => TextEncoder::served(dir, window, Served::new(s)?)?,
             None => TextEncoder::load(dir, window)?,
         };
-        Self::new(text, head, (dir, head_path), config.served.as_ref())
-    }
-
-    fn new(
-        text: TextEncoder,
-        head: Head,
-        (dir, head_path): (&std::path::Path, &std::path::Path),
-        served: Option<&super::config::ServedConfig>,
-    ) -> Result<Self, ClassifierError> {
         let want = 3 + 2 * text.tokens().config().hidden_size;
         if head.weights.len() != want {
             return Err(ClassifierError::Config(format!(
@@ -102,27 +95,16 @@ impl Classifier {
                 head.weights.len()
             )));
         }
-        let identity = super::identity(&super::config::ClassifierConfig {
-            model_dir: Some(dir.to_path_buf()),
-            head: Some(head_path.to_path_buf()),
-            window_tokens: None,
-            served: served.cloned(),
-        });
         Ok(Self {
             text,
             head,
-            identity,
+            identity: super::identity(config),
         })
     }
 
     /// The model and head, as `ragwatch_judge_info{model}` records them.
     pub fn identity(&self) -> &str {
         &self.identity
-    }
-
-    /// The encoder.
-    pub fn encoder(&self) -> &TextEncoder {
-        &self.text
     }
 
     /// The texts of a trace in the order the features read them: answer, question, contexts.
