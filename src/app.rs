@@ -96,7 +96,7 @@ pub async fn run(
         ready: Arc::clone(&ready),
         suspects: http::SuspectsState {
             shared: shared.clone(),
-            judges: config.judge.sampled.verdict_judges(),
+            judges: config.judge.verdict_judges(),
             windows: (config.windows.short_secs, config.windows.baseline_secs),
         },
     };
@@ -131,23 +131,24 @@ pub async fn run(
     // The pool holds the only ack sender: when the pool ends (or there is none), the Kafka source's
     // drain sees the channel close. A sender kept here would make that drain wait forever.
     let (jobs_tx, pool) = match pool_judge {
-        None => {
-            drop(ack_tx);
-            (None, None)
-        }
+        None => (None, None),
         Some(judge) => {
             let (tx, rx) = mpsc::channel(config.judge.queue_capacity);
             let pool = tokio::spawn(run_pool(
                 judge,
                 config.judge.workers,
                 rx,
-                (kind == SourceKind::Kafka).then_some(ack_tx),
+                (kind == SourceKind::Kafka).then(|| ack_tx.clone()),
                 shared.clone(),
                 abandon.clone(),
             ));
             (Some(tx), Some(pool))
         }
     };
+    // The classifier stage, when it is the prediction: it holds an ack sender and a way to the
+    // pool, so both end after it.
+    let acks = (kind == SourceKind::Kafka).then_some(ack_tx);
+    let mut stage = Stage::spawn(&config, &shared, jobs_tx.as_ref(), acks, &abandon)?;
 
     let evaluator_stop = CancellationToken::new();
     let evaluator = tokio::spawn(crate::recorder::run_evaluator(
@@ -188,7 +189,7 @@ pub async fn run(
         None
     };
 
-    let pipeline = Pipeline::new(&config, shared.clone(), jobs_tx);
+    let pipeline = stage.pipeline(Pipeline::new(&config, shared.clone(), jobs_tx));
     ready.store(true, Ordering::Relaxed);
     tracing::info!(source = ?kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
@@ -232,6 +233,9 @@ pub async fn run(
             failed.get_or_insert(RunError::Task(task, e.to_string()));
         }
     };
+    if let Some(stage) = stage.task {
+        check("classifier stage", stage.await);
+    }
     if let Some(pool) = pool {
         check("judge pool", pool.await);
     }
@@ -267,7 +271,7 @@ async fn sampled_judge(
     fleet: &Fleet,
     stop: &CancellationToken,
 ) -> Result<(Vec<JudgeKind>, Option<Arc<Budget>>, Option<PoolJudge>), RunError> {
-    let mut judges = vec![JudgeKind::Offline];
+    let judges = config.judge.verdict_judges();
     let mut budget = None;
     let pool_judge = match config.judge.sampled {
         SampledJudge::None => None,
@@ -284,7 +288,6 @@ async fn sampled_judge(
             // identity on ragwatch_judge_info is the settled one from the first scrape on.
             judge.resolve_structured_output().await;
             budget = Some(Arc::clone(judge.budget()));
-            judges.push(JudgeKind::Llm);
             if let Some(path) = &config.llm.canary_path {
                 let canaries = load_canaries(path, config)?;
                 tokio::spawn(crate::judge::llm::run_canaries(
@@ -298,10 +301,7 @@ async fn sampled_judge(
             }
             Some(PoolJudge::Llm(judge))
         }
-        SampledJudge::Classifier => {
-            judges.push(JudgeKind::Classifier);
-            Some(classifier_judge(config)?)
-        }
+        SampledJudge::Classifier => Some(classifier_judge(config)?),
     };
     Ok((judges, budget, pool_judge))
 }
@@ -309,6 +309,11 @@ async fn sampled_judge(
 /// The classifier judge `[classifier]` describes, loaded before the first trace.
 #[cfg(feature = "classifier")]
 fn classifier_judge(config: &Config) -> Result<PoolJudge, RunError> {
+    Ok(PoolJudge::Classifier(load_classifier(config)?))
+}
+
+#[cfg(feature = "classifier")]
+fn load_classifier(config: &Config) -> Result<Arc<crate::judge::classifier::Classifier>, RunError> {
     let judge = crate::judge::classifier::Classifier::from_config(&config.classifier)
         .map_err(|e| RunError::Classifier(e.to_string()))?;
     tracing::info!(
@@ -316,7 +321,62 @@ fn classifier_judge(config: &Config) -> Result<PoolJudge, RunError> {
         served = config.classifier.served.is_some(),
         "classifier judge loaded"
     );
-    Ok(PoolJudge::Classifier(Arc::new(judge)))
+    Ok(Arc::new(judge))
+}
+
+/// The classifier stage's task and the way into it, when the classifier is the prediction.
+struct Stage {
+    #[cfg(feature = "classifier")]
+    tx: Option<mpsc::Sender<crate::pipeline::Staged>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Stage {
+    /// Starts the stage when `judge.prediction = "classifier"`; it hands sampled traces to
+    /// `jobs_tx` and acks the others on `acks`, which it drops otherwise.
+    #[cfg_attr(not(feature = "classifier"), allow(unused_variables))]
+    fn spawn(
+        config: &Config,
+        shared: &Shared,
+        jobs_tx: Option<&mpsc::Sender<crate::pipeline::JudgeJob>>,
+        acks: Option<mpsc::UnboundedSender<crate::pipeline::Position>>,
+        abandon: &CancellationToken,
+    ) -> Result<Stage, RunError> {
+        #[cfg(feature = "classifier")]
+        if config.judge.prediction == crate::judge::config::Prediction::Classifier
+            && let Some(jobs_tx) = jobs_tx
+        {
+            let (tx, rx) = mpsc::channel(config.classifier.queue_capacity);
+            let task = tokio::spawn(crate::pipeline::run_stage(
+                load_classifier(config)?,
+                config.classifier.workers,
+                rx,
+                jobs_tx.clone(),
+                acks,
+                shared.clone(),
+                abandon.clone(),
+            ));
+            return Ok(Stage {
+                tx: Some(tx),
+                task: Some(task),
+            });
+        }
+        Ok(Stage {
+            #[cfg(feature = "classifier")]
+            tx: None,
+            task: None,
+        })
+    }
+
+    /// `pipeline`, sending every trace through the stage when there is one.
+    /// The stage's only sender moves into the pipeline, so the stage ends when the source does.
+    fn pipeline(&mut self, pipeline: Pipeline) -> Pipeline {
+        #[cfg(feature = "classifier")]
+        if let Some(tx) = self.tx.take() {
+            return pipeline.with_stage(tx);
+        }
+        pipeline
+    }
 }
 
 /// Without the feature, config validation refuses `judge.sampled = "classifier"` first.

@@ -15,6 +15,7 @@
 //!                   │    (+ changes::Changes: suspect documents and sources, question novelty, coverage)
 //!                   │    (+ export::Exporter: each verdict, try_send to the OTLP and Phoenix targets' queues)
 //!                   └─ sample::Sampler (with the inclusion probability) → bounded queue
+//!                        (→ pipeline::run_stage: every trace's classifier score as the estimate's prediction)
 //!                        → pipeline::run_pool (sampled judge, off the ingest path) → recorder::Shared::record_sampled
 //!                          (redact::Redactor before the LLM judge's API and its verdict records)
 //! recorder::run_evaluator           window gauges, combined estimate, drift flags, every second

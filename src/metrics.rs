@@ -101,6 +101,8 @@ pub struct Metrics {
     pub(crate) score_squares: CounterVec,
     /// The sums behind the combined estimate, by metric, stratum and term.
     pub(crate) estimate_terms: CounterVec,
+    /// Traces whose combined-estimate prediction came from each judge, by stratum and judge.
+    pub(crate) estimate_predictions: IntCounterVec,
     /// The floor and drop thresholds in force, by metric, stratum, judge and rule.
     pub threshold: GaugeVec,
     /// Minimum samples before a drift rule may fire, by metric, stratum and judge.
@@ -488,6 +490,12 @@ impl Metrics {
                 "ragwatch_estimate_terms_total",
                 "Sums behind the combined (prediction-powered) estimate, by metric, stratum and term; pool by sum across replicas.",
                 &["metric", "stratum", "term"],
+            ),
+            estimate_predictions: counter(
+                &r,
+                "ragwatch_estimate_predictions_total",
+                "Traces whose prediction in the combined estimate came from this judge (the classifier, or the offline judge where the classifier did not keep pace), by stratum and judge.",
+                &["stratum", "judge"],
             ),
             threshold: gauge(
                 &r,
@@ -1064,8 +1072,11 @@ impl Metrics {
 
     /// Creates every term of the combined estimate at zero for `strata`, so a recording rule's
     /// `increase()` sees each series start from zero rather than at its first trace's value.
-    pub(crate) fn precreate_estimate_terms(&self, strata: &[String]) {
+    pub(crate) fn precreate_estimate_terms(&self, strata: &[String], predictions: &[JudgeKind]) {
         for s in strata {
+            for j in predictions {
+                self.estimate_predictions.with_label_values(&[s, j.name()]);
+            }
             for metric in Quality::ALL {
                 for term in EstimateSums::TERMS {
                     self.estimate_terms

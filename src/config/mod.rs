@@ -243,7 +243,7 @@ impl Config {
         self.llm
             .validate(self.judge.sampled == SampledJudge::Llm, &mut p);
         self.classifier
-            .validate(self.judge.sampled == SampledJudge::Classifier, &mut p);
+            .validate(self.judge.classifier_runs(), &mut p);
         self.labels.validate(&mut p);
         self.assembly.validate(&mut p);
         self.otlp.validate(&mut p);
@@ -305,8 +305,7 @@ impl Config {
     /// The judges drift rules and thresholds exist for: the classifier's only when it runs.
     pub(crate) fn ruled_judges(&self) -> impl Iterator<Item = crate::dimensions::JudgeKind> + '_ {
         crate::dimensions::JudgeKind::RULED.into_iter().filter(|j| {
-            *j != crate::dimensions::JudgeKind::Classifier
-                || self.judge.sampled == SampledJudge::Classifier
+            *j != crate::dimensions::JudgeKind::Classifier || self.judge.classifier_runs()
         })
     }
 

@@ -51,6 +51,13 @@ impl Problems {
         });
     }
 
+    /// Adds "must be > 0" for `field` when `v` is zero.
+    pub(crate) fn positive(&mut self, field: &str, v: impl Into<u64>) {
+        if v.into() == 0 {
+            self.add(field, "must be > 0");
+        }
+    }
+
     pub(crate) fn ratio(&mut self, field: &str, v: f64) {
         if !(0.0..=1.0).contains(&v) {
             self.add(field, format!("{v} is not in [0, 1]"));

@@ -39,6 +39,29 @@ impl SampledJudge {
     }
 }
 
+/// Which judge's score stands in for the sampled judge's on every trace in the combined estimate
+/// (its prediction), the sampled judge's verdicts correcting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Prediction {
+    /// The offline judge, on every trace at no cost.
+    Offline,
+    /// The classifier (`[classifier]`), on every trace it keeps pace with: a trace its queue has
+    /// no room for keeps the offline judge's score, counted by judge on
+    /// `ragwatch_estimate_predictions_total`.
+    Classifier,
+}
+
+impl Prediction {
+    /// The judge whose scores it is.
+    pub fn kind(self) -> JudgeKind {
+        match self {
+            Prediction::Offline => JudgeKind::Offline,
+            Prediction::Classifier => JudgeKind::Classifier,
+        }
+    }
+}
+
 /// Judges and their bounded work queue.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,6 +78,11 @@ pub struct JudgeConfig {
     /// Answers whose offline faithfulness is below this count as unfaithful in labelled evaluation.
     #[serde(default = "default_threshold")]
     pub faithful_threshold: f64,
+    /// The combined estimate's prediction: the judge scored on every trace whose error the LLM
+    /// judge's verdicts on the sample correct. `"classifier"` needs `sampled = "llm"` and
+    /// `[classifier]`.
+    #[serde(default = "default_prediction")]
+    pub prediction: Prediction,
 }
 
 crate::config::fields::default_from_serde!(JudgeConfig);
@@ -71,6 +99,10 @@ fn default_workers() -> usize {
     4
 }
 
+fn default_prediction() -> Prediction {
+    Prediction::Offline
+}
+
 fn default_threshold() -> f64 {
     0.5
 }
@@ -85,5 +117,26 @@ impl JudgeConfig {
             p.add("judge.workers", "must be > 0");
         }
         p.ratio("judge.faithful_threshold", self.faithful_threshold);
+        if self.prediction == Prediction::Classifier && self.sampled != SampledJudge::Llm {
+            p.add(
+                "judge.prediction",
+                "\"classifier\" is a prediction for the LLM judge's combined estimate: needs sampled = \"llm\"",
+            );
+        }
+    }
+
+    /// The judges that produce verdicts: the offline judge, the sampled one when it is another,
+    /// and the classifier when it is the prediction.
+    pub fn verdict_judges(&self) -> Vec<JudgeKind> {
+        let mut judges = self.sampled.verdict_judges();
+        if self.prediction == Prediction::Classifier && !judges.contains(&JudgeKind::Classifier) {
+            judges.push(JudgeKind::Classifier);
+        }
+        judges
+    }
+
+    /// Whether the classifier runs, as the sampled judge or as the prediction.
+    pub fn classifier_runs(&self) -> bool {
+        self.sampled == SampledJudge::Classifier || self.prediction == Prediction::Classifier
     }
 }

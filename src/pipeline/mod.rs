@@ -2,11 +2,17 @@
 //!
 //! decode → stratify → offline judge (every trace) → windows and histograms → sample → bounded
 //! queue to the sampled judge. `ingest` never waits: a full queue is a counted skip, so the source
-//! keeps pace with the topic whatever the judge does.
+//! keeps pace with the topic whatever the judge does. With the classifier as the combined
+//! estimate's prediction, every trace first passes a bounded queue to the classifier (`stage`),
+//! which hands the sampled ones on; a trace that finds it full keeps the offline judge's score.
 
 mod pool;
+#[cfg(feature = "classifier")]
+mod stage;
 
 pub(crate) use pool::{PoolJudge, abandon_after_grace, run_pool};
+#[cfg(feature = "classifier")]
+pub(crate) use stage::{Staged, run_stage};
 
 use std::sync::Arc;
 
@@ -60,6 +66,38 @@ pub struct JudgeJob {
     pub(crate) priority: bool,
     /// The probability with which it was going to be sampled (weights the combined estimate).
     pub probability: f64,
+    /// The score the combined estimate's population took for this trace when it is not the
+    /// offline verdict's (the classifier's).
+    pub prediction: Option<Verdict>,
+}
+
+impl JudgeJob {
+    /// The verdict whose scores stood for this trace in the combined estimate's population: its
+    /// pair must use the same.
+    pub fn prediction(&self) -> &Verdict {
+        self.prediction.as_ref().unwrap_or(&self.offline)
+    }
+}
+
+/// Hands `job` to the judge queue `tx`; when the queue is full or closed, the trace is counted as
+/// skipped with the reason and handed back.
+pub(crate) fn offer(
+    tx: &mpsc::Sender<JudgeJob>,
+    job: JudgeJob,
+    shared: &Shared,
+) -> Option<JudgeJob> {
+    let reason = match tx.try_send(job) {
+        Ok(()) => {
+            shared.metrics.judge_queue_depth.inc();
+            return None;
+        }
+        Err(mpsc::error::TrySendError::Full(job)) => (SkipReason::QueueFull, job),
+        Err(mpsc::error::TrySendError::Closed(job)) => (SkipReason::Shutdown, job),
+    };
+    let (reason, job) = reason;
+    let s = shared.stratifier.name(job.stratum);
+    events::trace_skipped(&shared.metrics, s, reason, &job.trace.trace_id);
+    Some(job)
 }
 
 /// The result of evaluating one message with the offline judge.
@@ -98,6 +136,9 @@ pub struct Pipeline {
     offline: OfflineJudge,
     shared: Shared,
     judge_tx: Option<mpsc::Sender<JudgeJob>>,
+    /// Every trace's way to the classifier, when it is the combined estimate's prediction.
+    #[cfg(feature = "classifier")]
+    stage_tx: Option<mpsc::Sender<Staged>>,
     /// The last message's trace, whose strings the next message is decoded into (a sampled trace
     /// leaves with its job, and the next one starts afresh).
     spare: Trace,
@@ -117,13 +158,27 @@ impl Pipeline {
             offline: OfflineJudge::default(),
             shared,
             judge_tx,
+            #[cfg(feature = "classifier")]
+            stage_tx: None,
             spare: Trace::default(),
         }
     }
 
-    /// Closes the sampled judge's queue: the pool finishes what is queued and then stops.
+    /// Sends every trace through the classifier stage on `stage_tx` before sampling hands it on.
+    #[cfg(feature = "classifier")]
+    pub(crate) fn with_stage(mut self, stage_tx: mpsc::Sender<Staged>) -> Self {
+        self.stage_tx = Some(stage_tx);
+        self
+    }
+
+    /// Closes the sampled judge's queue (and the classifier stage's): the pool finishes what is
+    /// queued and then stops.
     pub(crate) fn close_queue(&mut self) {
         self.judge_tx = None;
+        #[cfg(feature = "classifier")]
+        {
+            self.stage_tx = None;
+        }
     }
 
     /// Decodes, stratifies and runs the offline judge; touches no metric. The verdict has no `details`
@@ -242,15 +297,10 @@ impl Pipeline {
             verdict.uncertain,
             candidate,
         );
-        if !decision.sampled() {
-            self.keep(trace);
-            return Disposition::Done;
+        let sampled = decision.sampled();
+        if sampled {
+            m.count_sampled(stratum, s);
         }
-        m.count_sampled(stratum, s);
-        let Some(tx) = &self.judge_tx else {
-            self.keep(trace);
-            return Disposition::Done;
-        };
         let job = JudgeJob {
             trace,
             stratum,
@@ -258,23 +308,37 @@ impl Pipeline {
             position,
             priority: decision == SamplerDecision::Minimum,
             probability,
+            prediction: None,
         };
-        match tx.try_send(job) {
-            Ok(()) => {
-                m.judge_queue_depth.inc();
-                Disposition::Pending
-            }
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                events::trace_skipped(&m, s, SkipReason::QueueFull, &job.trace.trace_id);
-                self.keep(job.trace);
-                Disposition::Done
-            }
-            Err(mpsc::error::TrySendError::Closed(job)) => {
-                events::trace_skipped(&m, s, SkipReason::Shutdown, &job.trace.trace_id);
+        #[cfg(feature = "classifier")]
+        let Some(job) = self.stage(job, sampled) else {
+            return Disposition::Pending;
+        };
+        self.shared.record_prediction(stratum, &job.offline, now);
+        let (true, Some(tx)) = (sampled, &self.judge_tx) else {
+            self.keep(job.trace);
+            return Disposition::Done;
+        };
+        match offer(tx, job, &self.shared) {
+            None => Disposition::Pending,
+            Some(job) => {
                 self.keep(job.trace);
                 Disposition::Done
             }
         }
+    }
+
+    /// Queues `job` for the classifier stage, to go on to the sampled judge when `sampled`; hands
+    /// it back when there is no stage or no room in it.
+    #[cfg(feature = "classifier")]
+    fn stage(&self, job: JudgeJob, sampled: bool) -> Option<JudgeJob> {
+        let Some(tx) = &self.stage_tx else {
+            return Some(job);
+        };
+        let judge = sampled && self.judge_tx.is_some();
+        tx.try_send(Staged { job, judge })
+            .err()
+            .map(|e| e.into_inner().job)
     }
 }
 

@@ -60,102 +60,140 @@ impl PoolJudge {
 pub(crate) async fn run_pool(
     judge: PoolJudge,
     workers: usize,
-    mut jobs_rx: mpsc::Receiver<JudgeJob>,
+    jobs_rx: mpsc::Receiver<JudgeJob>,
     ack_tx: Option<mpsc::UnboundedSender<Position>>,
     shared: Shared,
     abandon: CancellationToken,
 ) {
+    let judge = Arc::new(judge);
+    let work = {
+        let (shared, abandon) = (shared.clone(), abandon.clone());
+        move |job: JudgeJob| {
+            let (judge, shared, ack_tx, abandon) = (
+                Arc::clone(&judge),
+                shared.clone(),
+                ack_tx.clone(),
+                abandon.clone(),
+            );
+            async move {
+                let started = Instant::now();
+                let kind = judge.kind().name();
+                let verdict = tokio::select! {
+                    _ = abandon.cancelled() => None,
+                    v = judge.judge(&job) => Some(v),
+                };
+                shared.metrics.observe_judge_duration(
+                    kind,
+                    started.elapsed().as_secs_f64(),
+                    &job.trace.trace_id,
+                    crate::clock::now_ms(),
+                );
+                let Some(verdict) = verdict else {
+                    // Abandoned at the grace deadline: not acked, so redelivered after a restart.
+                    skip_shutdown(&shared, &job);
+                    return;
+                };
+                finish(&judge, &shared, &job, verdict);
+                // Judged or skipped with a reason: either way the trace is accounted for.
+                if let (Some(tx), Some(p)) = (ack_tx, job.position) {
+                    let _ = tx.send(p);
+                }
+            }
+        }
+    };
+    let taken = || shared.metrics.judge_queue_depth.dec();
+    let left = |job: &JudgeJob| skip_shutdown(&shared, job);
+    serve_queue(workers, jobs_rx, &abandon, taken, work, left).await;
+}
+
+/// Records what the sampled judge made of `job`: its verdict (and the combined estimate's pair),
+/// or the failure, counted by kind, and the trace skipped with its reason.
+fn finish(judge: &PoolJudge, shared: &Shared, job: &JudgeJob, verdict: Result<Judged, LlmError>) {
+    let m = &shared.metrics;
+    let kind = judge.kind().name();
+    match verdict {
+        Ok(Judged {
+            verdict: v,
+            outcome,
+        }) => {
+            m.judge_requests
+                .with_label_values(&[kind, outcome.name()])
+                .inc();
+            let now = crate::clock::now_ms();
+            shared.record_sampled(
+                job.stratum,
+                &v,
+                &job.offline,
+                job.probability,
+                &job.trace,
+                now,
+            );
+            shared.record_pair(job.stratum, &v, job.prediction(), job.probability, now);
+        }
+        Err(e) => {
+            m.judge_requests
+                .with_label_values(&[kind, e.kind().name()])
+                .inc();
+            let reason = match e {
+                LlmError::Budget if job.priority => SkipReason::BudgetReserve,
+                LlmError::Budget => SkipReason::Budget,
+                _ => SkipReason::JudgeError,
+            };
+            // A budget refusal is a skip, not a verdict: nothing to show on the trace.
+            if matches!(judge, PoolJudge::Llm(_)) && !matches!(e, LlmError::Budget) {
+                shared.export_failed(job.stratum, &job.trace, e.kind().name());
+            }
+            let stratum = shared.stratifier.name(job.stratum);
+            events::trace_skipped(&shared.metrics, stratum, reason, &job.trace.trace_id);
+            tracing::debug!(error = %e, trace_id = %job.trace.trace_id, "judge failed");
+        }
+    }
+}
+
+/// Runs `work` on each job of `jobs_rx`, at most `workers` at a time, until the queue is closed
+/// and every job has finished, or `abandon` is cancelled. `taken` runs as each job leaves the
+/// queue; a job still queued when `abandon` fires goes to `left` (jobs in flight see `abandon`
+/// themselves).
+pub(super) async fn serve_queue<J, W, F>(
+    workers: usize,
+    mut jobs_rx: mpsc::Receiver<J>,
+    abandon: &CancellationToken,
+    taken: impl Fn(),
+    work: W,
+    left: impl Fn(&J),
+) where
+    J: Send + 'static,
+    W: Fn(J) -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let permits = Arc::new(Semaphore::new(workers));
     let tracker = TaskTracker::new();
-    let judge = Arc::new(judge);
     loop {
         let job = tokio::select! {
             biased;
             _ = abandon.cancelled() => break,
             job = jobs_rx.recv() => match job { Some(j) => j, None => break },
         };
-        shared.metrics.judge_queue_depth.dec();
+        taken();
         let permit = tokio::select! {
             biased;
             _ = abandon.cancelled() => {
-                skip_shutdown(&shared, &job);
+                left(&job);
                 break;
             }
             p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
         };
-        let (judge, shared, ack_tx, abandon) = (
-            Arc::clone(&judge),
-            shared.clone(),
-            ack_tx.clone(),
-            abandon.clone(),
-        );
+        let running = work(job);
         tracker.spawn(async move {
             let _permit = permit;
-            let started = Instant::now();
-            let kind = judge.kind().name();
-            let verdict = tokio::select! {
-                _ = abandon.cancelled() => None,
-                v = judge.judge(&job) => Some(v),
-            };
-            let m = &shared.metrics;
-            m.observe_judge_duration(
-                kind,
-                started.elapsed().as_secs_f64(),
-                &job.trace.trace_id,
-                crate::clock::now_ms(),
-            );
-            let Some(verdict) = verdict else {
-                // Abandoned at the grace deadline: not acked, so redelivered after a restart.
-                skip_shutdown(&shared, &job);
-                return;
-            };
-            match verdict {
-                Ok(Judged {
-                    verdict: v,
-                    outcome,
-                }) => {
-                    m.judge_requests
-                        .with_label_values(&[kind, outcome.name()])
-                        .inc();
-                    shared.record_sampled(
-                        job.stratum,
-                        &v,
-                        &job.offline,
-                        job.probability,
-                        &job.trace,
-                        crate::clock::now_ms(),
-                    );
-                }
-                Err(e) => {
-                    m.judge_requests
-                        .with_label_values(&[kind, e.kind().name()])
-                        .inc();
-                    let reason = match e {
-                        LlmError::Budget if job.priority => SkipReason::BudgetReserve,
-                        LlmError::Budget => SkipReason::Budget,
-                        _ => SkipReason::JudgeError,
-                    };
-                    // A budget refusal is a skip, not a verdict: nothing to show on the trace.
-                    if matches!(judge.as_ref(), PoolJudge::Llm(_)) && !matches!(e, LlmError::Budget)
-                    {
-                        shared.export_failed(job.stratum, &job.trace, e.kind().name());
-                    }
-                    let stratum = shared.stratifier.name(job.stratum);
-                    events::trace_skipped(&shared.metrics, stratum, reason, &job.trace.trace_id);
-                    tracing::debug!(error = %e, trace_id = %job.trace.trace_id, "judge failed");
-                }
-            }
-            // Judged or skipped with a reason: either way the trace is accounted for.
-            if let (Some(tx), Some(p)) = (ack_tx, job.position) {
-                let _ = tx.send(p);
-            }
+            running.await;
         });
     }
     // Whatever is still queued after an abandon is skipped, not lost silently.
     jobs_rx.close();
     while let Ok(job) = jobs_rx.try_recv() {
-        shared.metrics.judge_queue_depth.dec();
-        skip_shutdown(&shared, &job);
+        taken();
+        left(&job);
     }
     tracker.close();
     tracker.wait().await;
@@ -175,7 +213,8 @@ pub(crate) fn abandon_after_grace(
     })
 }
 
-fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
+/// Counts `job`'s trace as skipped at shutdown.
+pub(super) fn skip_shutdown(shared: &Shared, job: &JudgeJob) {
     let s = shared.stratifier.name(job.stratum);
     events::trace_skipped(
         &shared.metrics,
@@ -222,6 +261,7 @@ mod tests {
             }),
             priority,
             probability: 1.0,
+            prediction: None,
         }
     }
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality, StratumId};
-use crate::judge::config::SampledJudge;
+use crate::judge::config::{Prediction, SampledJudge};
 use crate::judge::{OfflineJudge, Verdict};
 use crate::metrics::Metrics;
 use crate::sample::Stratifier;
@@ -250,10 +250,14 @@ impl Shared {
                 .set(config.labels.auroc_min_per_class as i64);
         }
         if config.judge.sampled == SampledJudge::Llm {
-            metrics.precreate_estimate_terms(stratifier.names());
+            let predictions = match config.judge.prediction.kind() {
+                JudgeKind::Offline => vec![JudgeKind::Offline],
+                p => vec![p, JudgeKind::Offline],
+            };
+            metrics.precreate_estimate_terms(stratifier.names(), &predictions);
         }
         let mut judges = JudgeKind::STARTED.to_vec();
-        if config.judge.sampled == SampledJudge::Classifier {
+        if config.judge.classifier_runs() {
             metrics.start_judge(stratifier.names(), JudgeKind::Classifier);
             judges.push(JudgeKind::Classifier);
         }
@@ -368,9 +372,8 @@ impl Shared {
     }
 
     /// Everything a verdict on `trace` at time `now` feeds: the variant comparison's arrivals, the
-    /// counts, the windows (and, for the
-    /// offline judge, the combined estimate's population), the live judge audit, and the memory
-    /// that human labels join. Each score keeps the trace id as its bucket's exemplar.
+    /// counts, the windows, the live judge audit, and the memory that human labels join (the
+    /// combined estimate's population is `Shared::record_prediction`'s). Each score keeps the trace id as its bucket's exemplar.
     /// Returns whether the trace comes from a candidate release under comparison (the sampler
     /// takes those at `variants.candidate_boost`).
     pub fn record(&self, stratum: StratumId, verdict: &Verdict, trace: &Trace, now: u64) -> bool {
@@ -412,7 +415,6 @@ impl Shared {
             verdict.faithfulness().is_none(),
             citations,
         );
-        let population = self.estimate && verdict.judge == JudgeKind::Offline;
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         for metric in Quality::ALL {
             let Some(v) = verdict.score(metric) else {
@@ -420,17 +422,78 @@ impl Shared {
             };
             m.observe_score(metric, stratum, s, verdict.judge, v, trace_id, now);
             windows.record(metric, verdict.judge, stratum, v, now);
-            if population {
-                let sums = EstimateSums::population(v);
+        }
+    }
+
+    /// The scores and live audit of a verdict that stands beside the trace's offline and sampled
+    /// ones (the classifier's, as the combined estimate's prediction): no label join, export or
+    /// comparison reads it.
+    pub(crate) fn record_beside(
+        &self,
+        stratum: StratumId,
+        verdict: &Verdict,
+        trace: &Trace,
+        now: u64,
+    ) {
+        self.record_scores(stratum, verdict, &trace.trace_id, now);
+        self.record_audit(stratum, trace, verdict);
+    }
+
+    /// One trace's term of the combined estimate's population: its `prediction` of the sampled
+    /// judge's scores. Every trace gets one, and a sampled trace's pair (`Shared::record_pair`)
+    /// must use the same prediction. Nothing without an LLM judge.
+    pub(crate) fn record_prediction(&self, stratum: StratumId, prediction: &Verdict, now: u64) {
+        if !self.estimate {
+            return;
+        }
+        let s = self.stratifier.name(stratum);
+        self.metrics
+            .estimate_predictions
+            .with_label_values(&[s, prediction.judge.name()])
+            .inc();
+        self.add_estimate(stratum, now, |metric| {
+            prediction.score(metric).map(EstimateSums::population)
+        });
+    }
+
+    /// One judged pair's term of the combined estimate: the LLM judge's `verdict` beside the
+    /// `prediction` its trace's population term used, sampled with `probability`.
+    pub(crate) fn record_pair(
+        &self,
+        stratum: StratumId,
+        verdict: &Verdict,
+        prediction: &Verdict,
+        probability: f64,
+        now: u64,
+    ) {
+        if !self.estimate || verdict.judge != JudgeKind::Llm {
+            return;
+        }
+        self.add_estimate(stratum, now, |metric| {
+            let (y, f) = (verdict.score(metric)?, prediction.score(metric)?);
+            Some(EstimateSums::pair(y, f, probability))
+        });
+    }
+
+    /// Adds `sums(metric)` of each metric that has them to the windows and the exported terms.
+    fn add_estimate(
+        &self,
+        stratum: StratumId,
+        now: u64,
+        sums: impl Fn(Quality) -> Option<EstimateSums>,
+    ) {
+        let s = self.stratifier.name(stratum);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for metric in Quality::ALL {
+            if let Some(sums) = sums(metric) {
                 windows.record_estimate(metric, stratum, &sums, now);
-                m.add_estimate_terms(metric, stratum, s, &sums);
+                self.metrics.add_estimate_terms(metric, stratum, s, &sums);
             }
         }
     }
 
-    /// [`Shared::record`] for a sampled judge's verdict on a trace sampled with `probability`,
-    /// pairing each of its scores with the offline judge's score of the same trace for the
-    /// combined estimate.
+    /// [`Shared::record`] for a sampled judge's verdict on a trace sampled with `probability`
+    /// (the combined estimate's pair is `Shared::record_pair`'s).
     pub fn record_sampled(
         &self,
         stratum: StratumId,
@@ -463,18 +526,6 @@ impl Shared {
             };
             review.judged(stratum, trace, offline, verdict, probability, cx, now);
         }
-        if !self.estimate || verdict.judge != JudgeKind::Llm {
-            return;
-        }
-        let s = self.stratifier.name(stratum);
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        for metric in Quality::ALL {
-            if let (Some(y), Some(f)) = (verdict.score(metric), offline.score(metric)) {
-                let sums = EstimateSums::pair(y, f, probability);
-                windows.record_estimate(metric, stratum, &sums, now);
-                self.metrics.add_estimate_terms(metric, stratum, s, &sums);
-            }
-        }
     }
 }
 
@@ -487,10 +538,16 @@ pub fn judge_model(config: &Config) -> String {
         .to_owned();
     match config.judge.sampled {
         SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
-        SampledJudge::Llm => format!(
-            "offline-{version},{}",
-            crate::judge::llm::LlmJudge::model_id(&config.llm)
-        ),
+        SampledJudge::Llm => {
+            let llm = crate::judge::llm::LlmJudge::model_id(&config.llm);
+            match config.judge.prediction {
+                Prediction::Offline => format!("offline-{version},{llm}"),
+                Prediction::Classifier => format!(
+                    "offline-{version},{llm},{}",
+                    crate::judge::classifier::identity(&config.classifier)
+                ),
+            }
+        }
         SampledJudge::Classifier => format!(
             "offline-{version},{}",
             crate::judge::classifier::identity(&config.classifier)

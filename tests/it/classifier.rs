@@ -224,7 +224,7 @@ async fn served_path_equals_the_in_process_path() {
         model_dir: Some(model_dir()),
         head: Some(head()),
         window_tokens: Some(WINDOW_TOKENS),
-        served: None,
+        ..ClassifierConfig::default()
     };
     let in_process = Classifier::from_config(&local).unwrap();
     let expected: Vec<f64> = traces
@@ -289,6 +289,19 @@ async fn served_path_equals_the_in_process_path() {
     }
 }
 
+/// `ragwatch_judge_info{model}` names the classifier.
+fn assert_classifier_identity(m: &crate::common::Samples) {
+    let info =
+        m.0.iter()
+            .find(|(name, _, v)| name == "ragwatch_judge_info" && *v == 1.0)
+            .expect("the judge identity");
+    assert!(
+        info.1["model"].contains(",classifier-all-MiniLM-L6-v2-"),
+        "{:?}",
+        info.1
+    );
+}
+
 /// Writes a config that judges every trace of `traces_path` with the classifier.
 fn classifier_config(dir: &Path, traces_path: &Path) -> PathBuf {
     let config = dir.join("ragwatch.toml");
@@ -346,15 +359,7 @@ fn run_with_the_classifier_tier() {
         m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
         n as f64
     );
-    let info =
-        m.0.iter()
-            .find(|(name, _, v)| name == "ragwatch_judge_info" && *v == 1.0)
-            .expect("the judge identity");
-    assert!(
-        info.1["model"].contains(",classifier-all-MiniLM-L6-v2-"),
-        "{:?}",
-        info.1
-    );
+    assert_classifier_identity(&m);
     assert!(
         m.sum(
             "ragwatch_threshold_shift_sd",
@@ -409,4 +414,142 @@ fn replay_with_the_classifier_and_its_audit() {
     assert_eq!(audit["classifier"]["traces"], n as f64, "{audit}");
     assert!(audit["classifier"]["auroc"].as_f64().is_some(), "{audit}");
     assert!(audit["offline"]["auroc"].as_f64().is_some(), "{audit}");
+}
+
+/// `ragwatch run` with the LLM judge on the sample and the classifier as the combined estimate's
+/// prediction (`judge.prediction = "classifier"`), a classifier queue of `queue` traces; returns
+/// the metrics once every trace is accounted for.
+fn run_with_the_classifier_as_prediction(n: usize, queue: usize) -> crate::common::Samples {
+    let traces = traces(61, n);
+    let labels = traces.iter().map(|v| {
+        (
+            v["answer"].as_str().unwrap().to_owned(),
+            v["label_faithful"].as_bool().unwrap(),
+        )
+    });
+    let judge = crate::common::label_judge::LabelJudge::start(labels, 11);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traces.jsonl");
+    let lines: Vec<String> = traces
+        .into_iter()
+        .map(|mut v| {
+            v.as_object_mut().unwrap().remove("label_faithful");
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let config = dir.path().join("ragwatch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = {:?}\n\
+             [strata]\ndeclared = [\"qa\"]\nout_of_scope = []\n\
+             [sample]\ndefault_rate = 1.0\n\
+             [judge]\nsampled = \"llm\"\nprediction = \"classifier\"\nworkers = 4\nqueue_capacity = 1000\n\
+             [llm]\nbase_url = \"{}\"\nchat_model = \"judge-2026-01-01\"\nembedding_model = \"embed-1\"\n\
+             structured_output = \"json_schema\"\nrequest_timeout_ms = 5000\ntrace_deadline_ms = 20000\n\
+             [budget]\nrequests_per_minute = 1000000\ntokens_per_minute = 1000000000\ntokens_per_day = 100000000000\n\
+             [classifier]\nmodel_dir = {:?}\nhead = {:?}\nqueue_capacity = {queue}\nworkers = 2\n",
+            path.display(),
+            judge.base_url(),
+            model_dir().display(),
+            head().display()
+        ),
+    )
+    .unwrap();
+    let rw = Ragwatch::start(&config, &[]);
+    wait_for(
+        "every trace's prediction and LLM verdict",
+        Duration::from_secs(300),
+        || {
+            let m = rw.metrics()?;
+            let predicted = m.sum("ragwatch_estimate_predictions_total", &[]);
+            let llm = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
+            let skipped = m.sum("ragwatch_traces_skipped_total", &[]);
+            // Each trace asks the LLM judge for claims, verdicts and questions: at least one request.
+            let done = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]) + skipped;
+            (predicted >= n as f64 && llm > 0.0 && done >= n as f64).then_some(m)
+        },
+    )
+}
+
+/// A term of the faithfulness estimate's sums.
+fn term(m: &crate::common::Samples, term: &str) -> f64 {
+    m.sum(
+        "ragwatch_estimate_terms_total",
+        &[("metric", "faithfulness"), ("term", term)],
+    )
+}
+
+/// With room for every trace, the classifier's score stands for each in the combined estimate:
+/// the population's sum of predictions is the classifier's histogram sum, not the offline
+/// judge's, and each judged pair corrects that same score (every trace sampled at rate 1, so the
+/// pairs' weighted sum of predictions equals the population's over the judged traces).
+#[test]
+fn the_classifier_is_the_combined_estimates_prediction() {
+    let n = 16;
+    let m = run_with_the_classifier_as_prediction(n, 1000);
+    let predicted = |judge| m.sum("ragwatch_estimate_predictions_total", &[("judge", judge)]);
+    assert_eq!(
+        (predicted("classifier"), predicted("offline")),
+        (n as f64, 0.0)
+    );
+    let hist = |judge, what| {
+        m.sum(
+            &format!("ragwatch_faithfulness_ratio_{what}"),
+            &[("judge", judge), ("stratum", "qa")],
+        )
+    };
+    assert_eq!(hist("classifier", "count"), n as f64);
+    assert_eq!(term(&m, "n"), n as f64);
+    let (f, classifier, offline) = (
+        term(&m, "f"),
+        hist("classifier", "sum"),
+        hist("offline", "sum"),
+    );
+    println!("population f {f}, classifier sum {classifier}, offline sum {offline}");
+    assert!((f - classifier).abs() < 1e-9, "{f} vs {classifier}");
+    assert!(
+        (f - offline).abs() > 1e-6,
+        "the offline judge's scores differ"
+    );
+    let judged = hist("llm", "count");
+    assert_eq!(term(&m, "k"), judged);
+    assert_eq!(judged, n as f64, "every trace sampled and judged");
+    assert!(
+        (term(&m, "wf") - f).abs() < 1e-9,
+        "the pairs use the same predictions"
+    );
+    assert_classifier_identity(&m);
+}
+
+/// A classifier queue of one: the traces it has no room for keep the offline judge's score, each
+/// trace has exactly one prediction, counted by judge, and every trace is still judged by the LLM.
+#[test]
+fn traces_the_classifier_has_no_room_for_keep_the_offline_prediction() {
+    let n = 16;
+    let m = run_with_the_classifier_as_prediction(n, 1);
+    let predicted = |judge| m.sum("ragwatch_estimate_predictions_total", &[("judge", judge)]);
+    let (classifier, offline) = (predicted("classifier"), predicted("offline"));
+    println!("predictions: classifier {classifier}, offline {offline}");
+    assert_eq!(classifier + offline, n as f64);
+    assert!(
+        classifier >= 1.0 && offline >= 1.0,
+        "{classifier} {offline}"
+    );
+    // An offline verdict with no claims has no faithfulness, and so no population term.
+    let population = term(&m, "n");
+    assert!(
+        population >= classifier && population <= n as f64,
+        "{population}"
+    );
+    let skipped: Vec<_> =
+        m.0.iter()
+            .filter(|(name, _, v)| name == "ragwatch_traces_skipped_total" && *v > 0.0)
+            .collect();
+    assert_eq!(
+        m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]),
+        n as f64,
+        "{skipped:?}"
+    );
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::problems::Problems;
 
 /// The classifier judge.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassifierConfig {
     /// The model directory: `config.json` and `tokenizer.json` always, `model.safetensors` when
@@ -29,6 +29,13 @@ pub struct ClassifierConfig {
     /// the served and the in-process path see the same inputs.
     #[serde(default)]
     pub served: Option<ServedConfig>,
+    /// As the combined estimate's prediction (`judge.prediction = "classifier"`): traces waiting
+    /// for the classifier; a trace that finds it full keeps the offline judge's score.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// As the prediction: traces scored at once.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
 }
 
 /// Which model server's API the served path speaks.
@@ -76,6 +83,16 @@ pub struct ServedConfig {
     pub batch_max: usize,
 }
 
+crate::config::fields::default_from_serde!(ClassifierConfig);
+
+fn default_queue_capacity() -> usize {
+    1024
+}
+
+fn default_workers() -> usize {
+    1
+}
+
 fn default_timeout_ms() -> u64 {
     10_000
 }
@@ -97,17 +114,20 @@ fn default_batch_max() -> usize {
 }
 
 impl ClassifierConfig {
-    /// Checks `[classifier]`; `used`: `judge.sampled = "classifier"`.
+    /// Checks `[classifier]`; `used`: the classifier runs (`judge.sampled` or `judge.prediction`
+    /// names it).
     pub(crate) fn validate(&self, used: bool, p: &mut Problems) {
         if !used {
             return;
         }
         if !cfg!(feature = "classifier") {
             p.add(
-                "judge.sampled",
-                "\"classifier\" needs a ragwatch built with the cargo feature `classifier`",
+                "judge",
+                "the classifier needs a ragwatch built with the cargo feature `classifier`",
             );
         }
+        p.positive("classifier.queue_capacity", self.queue_capacity as u64);
+        p.positive("classifier.workers", self.workers as u64);
         if self.model_dir.is_none() {
             p.add(
                 "classifier.model_dir",
@@ -133,24 +153,18 @@ impl ClassifierConfig {
                     "names the model vLLM serves (the `model` of each request)",
                 );
             }
-            if s.timeout_ms == 0 {
-                p.add("classifier.served.timeout_ms", "must be > 0");
-            }
-            if s.max_attempts == 0 {
-                p.add("classifier.served.max_attempts", "must be > 0");
-            }
+            p.positive("classifier.served.timeout_ms", s.timeout_ms);
+            p.positive("classifier.served.max_attempts", s.max_attempts);
             if s.backoff_base_ms > s.backoff_max_ms {
                 p.add(
                     "classifier.served.backoff_base_ms",
                     "must be <= backoff_max_ms",
                 );
             }
-            if s.requests_per_sec == Some(0) {
-                p.add("classifier.served.requests_per_sec", "must be > 0");
+            if let Some(rate) = s.requests_per_sec {
+                p.positive("classifier.served.requests_per_sec", rate);
             }
-            if s.batch_max == 0 {
-                p.add("classifier.served.batch_max", "must be > 0");
-            }
+            p.positive("classifier.served.batch_max", s.batch_max as u64);
         }
     }
 }
