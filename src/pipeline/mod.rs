@@ -168,7 +168,7 @@ impl Pipeline {
 
     /// [`Pipeline::ingest`] at a given wall-clock time (simulations drive the clock).
     pub fn ingest_at(&mut self, bytes: &[u8], position: Option<Position>, now: u64) -> Disposition {
-        self.shared.metrics.source_messages.inc();
+        self.shared.metrics.source.messages.inc();
         let mut trace = std::mem::take(&mut self.spare);
         if let Err(e) = self.decoder.decode_into(bytes, &mut trace) {
             self.keep(trace);
@@ -261,7 +261,7 @@ impl Pipeline {
         };
         match tx.try_send(job) {
             Ok(()) => {
-                m.judge_queue_depth.inc();
+                m.sample.judge_queue_depth.inc();
                 Disposition::Pending
             }
             Err(mpsc::error::TrySendError::Full(job)) => {

@@ -74,7 +74,7 @@ pub(crate) async fn run_pool(
             _ = abandon.cancelled() => break,
             job = jobs_rx.recv() => match job { Some(j) => j, None => break },
         };
-        shared.metrics.judge_queue_depth.dec();
+        shared.metrics.sample.judge_queue_depth.dec();
         let permit = tokio::select! {
             biased;
             _ = abandon.cancelled() => {
@@ -114,7 +114,8 @@ pub(crate) async fn run_pool(
                     verdict: v,
                     outcome,
                 }) => {
-                    m.judge_requests
+                    m.judge
+                        .requests
                         .with_label_values(&[kind, outcome.name()])
                         .inc();
                     shared.record_sampled(
@@ -127,7 +128,8 @@ pub(crate) async fn run_pool(
                     );
                 }
                 Err(e) => {
-                    m.judge_requests
+                    m.judge
+                        .requests
                         .with_label_values(&[kind, e.kind().name()])
                         .inc();
                     let reason = match e {
@@ -154,7 +156,7 @@ pub(crate) async fn run_pool(
     // Whatever is still queued after an abandon is skipped, not lost silently.
     jobs_rx.close();
     while let Ok(job) = jobs_rx.try_recv() {
-        shared.metrics.judge_queue_depth.dec();
+        shared.metrics.sample.judge_queue_depth.dec();
         skip_shutdown(&shared, &job);
     }
     tracker.close();
@@ -244,7 +246,7 @@ mod tests {
             let (jobs_tx, jobs_rx) = mpsc::channel(16);
             let (ack_tx, acks) = mpsc::unbounded_channel();
             for j in jobs {
-                shared.metrics.judge_queue_depth.inc();
+                shared.metrics.sample.judge_queue_depth.inc();
                 jobs_tx.send(j).await.unwrap();
             }
             let (stop, abandon) = (CancellationToken::new(), CancellationToken::new());
@@ -279,20 +281,26 @@ mod tests {
                 acked.push(p.offset);
             }
             acked.sort_unstable();
-            assert_eq!(self.shared.metrics.judge_queue_depth.get(), 0);
+            assert_eq!(self.shared.metrics.sample.judge_queue_depth.get(), 0);
             (took, acked)
         }
 
         fn skipped(&self, reason: &str) -> u64 {
             let m = &self.shared.metrics;
             let s = self.shared.stratifier.name(0);
-            m.traces_skipped.with_label_values(&[s, reason]).get()
+            m.sample
+                .traces_skipped
+                .with_label_values(&[s, reason])
+                .get()
         }
 
         fn judged(&self) -> u64 {
             let m = &self.shared.metrics;
             let s = self.shared.stratifier.name(0);
-            m.traces_judged.with_label_values(&[s, "llm"]).get()
+            m.verdicts
+                .traces_judged
+                .with_label_values(&[s, "llm"])
+                .get()
         }
     }
 
@@ -388,7 +396,8 @@ mod tests {
         let refused = drain
             .shared
             .metrics
-            .judge_requests
+            .judge
+            .requests
             .with_label_values(&["llm", "budget_exhausted"])
             .get();
         assert_eq!(refused, 5);

@@ -209,6 +209,7 @@ fn simulate(
             for judge in &rules {
                 for rule in ["floor", "max_drop", "shift"] {
                     let active = m
+                        .window
                         .drift_active
                         .with_label_values(&[
                             Quality::Faithfulness.name(),
