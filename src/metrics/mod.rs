@@ -7,13 +7,13 @@
 //!
 //! Each room of the data flow declares the families it records, in the order a trace meets them:
 //!
-//! - `source`: messages delivered, the Kafka consumer; `otlp`: the OTLP receivers and span
-//!   assembly;
+//! - `source`: messages delivered; `kafka`: the Kafka consumer; `otlp`: the OTLP receivers and
+//!   span assembly;
 //! - `ingest`: traces decoded, rejected or not judged, and their retrieved contexts;
 //! - `sample`: traces chosen for the sampled judge and its queue;
 //! - `judge`: the judges' calls; `budget`: the tokens they may spend, the fleet's share;
 //! - `verdict`: verdicts and scores; `audit`: the judges' biases, measured;
-//! - `window`: the rolling windows, the drift rules' thresholds and flags;
+//! - `window`: the rolling windows; `drift`: the drift rules' thresholds and flags, the diagnosis;
 //! - `labels`: human labels and the label AUROC; `feedback`: user feedback;
 //! - `changes`, `comparison`, `review`: what changed, the variant comparison, the review
 //!   queue (registered by the recorder where configured);
@@ -31,6 +31,7 @@ pub(crate) mod budget;
 pub(crate) mod changes;
 pub(crate) mod comparison;
 pub mod config;
+pub(crate) mod drift;
 mod exemplars;
 pub(crate) mod export;
 mod exposition;
@@ -39,6 +40,7 @@ pub(crate) mod feedback;
 pub(crate) mod identity;
 pub(crate) mod ingest;
 pub(crate) mod judge;
+pub(crate) mod kafka;
 pub(crate) mod labels;
 mod observer;
 pub(crate) mod openmetrics;
@@ -62,12 +64,14 @@ pub(crate) use audit::LengthMoments;
 use budget::BudgetMetrics;
 pub(crate) use budget::FLEET_LOOKUP_OUTCOMES;
 use config::MetricsConfig;
+use drift::DriftMetrics;
 use exemplars::Exemplars;
 use export::ExportMetrics;
 use identity::IdentityMetrics;
 use ingest::IngestMetrics;
 pub(crate) use ingest::UNJUDGED_REASONS;
 use judge::{JUDGE_DURATION, JUDGE_DURATION_BUCKETS, JudgeMetrics};
+use kafka::KafkaMetrics;
 pub use labels::LabelledMetrics;
 use otlp::OtlpMetrics;
 use sample::SampleMetrics;
@@ -82,8 +86,10 @@ use write::WriteMetrics;
 pub struct Metrics {
     /// The registry `/metrics` renders.
     pub registry: Registry,
-    /// Messages delivered; the Kafka consumer.
+    /// Messages delivered, the source's silence.
     pub(crate) source: SourceMetrics,
+    /// The Kafka consumer.
+    pub(crate) kafka: KafkaMetrics,
     /// The OTLP receivers and span assembly.
     pub(crate) otlp: OtlpMetrics,
     /// Traces decoded, rejected, not judged; their retrieved contexts.
@@ -98,8 +104,10 @@ pub struct Metrics {
     pub verdicts: VerdictMetrics,
     /// Length correlation and same-family verdicts.
     pub(crate) audit: AuditMetrics,
-    /// The rolling windows, the drift rules' thresholds and flags.
-    pub window: WindowMetrics,
+    /// The rolling windows' means and bounds.
+    pub(crate) window: WindowMetrics,
+    /// The drift rules' thresholds and flags, the diagnosis.
+    pub drift: DriftMetrics,
     /// Human labels and the judge scores of labelled traces, for the label AUROC.
     pub labelled: LabelledMetrics,
     /// The verdict export.
@@ -131,6 +139,7 @@ impl Metrics {
         let r = Registry::new();
         let m = Metrics {
             source: SourceMetrics::register(&r),
+            kafka: KafkaMetrics::register(&r),
             otlp: OtlpMetrics::register(&r),
             ingest: IngestMetrics::register(&r, config),
             sample: SampleMetrics::register(&r),
@@ -139,6 +148,7 @@ impl Metrics {
             verdicts: VerdictMetrics::register(&r),
             audit: AuditMetrics::register(&r),
             window: WindowMetrics::register(&r),
+            drift: DriftMetrics::register(&r),
             labelled: LabelledMetrics::register(&r),
             export: ExportMetrics::register(&r),
             write: WriteMetrics::register(&r),
@@ -170,7 +180,7 @@ impl Metrics {
         self.budget.start();
         self.verdicts.start(strata);
         self.audit.start(strata);
-        self.window.start(strata);
+        self.drift.start(strata);
         self.export.start();
         for j in JudgeKind::STARTED {
             self.start_judge(strata, j);
@@ -183,7 +193,7 @@ impl Metrics {
             self.judge.start_calls(judge);
         }
         self.verdicts.start_judge(strata, judge);
-        self.window.start_judge(strata, judge);
+        self.drift.start_judge(strata, judge);
     }
 }
 

@@ -40,8 +40,8 @@ impl LlmObserver for Metrics {
     }
 
     fn record_not_published(&self) {
-        self.source
-            .kafka_errors
+        self.kafka
+            .errors
             .with_label_values(&["records_produce"])
             .inc();
     }

@@ -1,9 +1,8 @@
-//! The source's families: the messages it delivers, how long it has been silent, and the Kafka
-//! consumer's view of its group, partitions, brokers and errors.
+//! The source's families: the messages it delivers and how long it has been silent.
 
-use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use prometheus::{Gauge, IntCounter, Registry};
 
-use super::family::{counter, families, int_gauge, single};
+use super::family::{families, single};
 
 families! {
     /// What the source (Kafka, a file, the OTLP receivers) reports.
@@ -22,77 +21,6 @@ families! {
             Gauge::new(
                 "ragwatch_source_idle_seconds",
                 "Seconds since the source last delivered a message.",
-            ),
-        ),
-        /// Consumer lag by topic and partition, from librdkafka statistics.
-        pub(crate) kafka_lag: IntGaugeVec = int_gauge(
-            r,
-            "ragwatch_kafka_consumer_lag_messages",
-            "Consumer lag per assigned partition.",
-            &["topic", "partition"],
-        ),
-        /// Kafka client errors by kind.
-        pub(crate) kafka_errors: IntCounterVec = counter(
-            r,
-            "ragwatch_kafka_errors_total",
-            "Kafka client errors, by kind.",
-            &["kind"],
-        ),
-        /// Offset commits by outcome.
-        pub(crate) kafka_commits: IntCounterVec = counter(
-            r,
-            "ragwatch_kafka_commits_total",
-            "Offset commits, by outcome.",
-            &["outcome"],
-        ),
-        /// Partitions this replica holds.
-        pub(crate) kafka_partitions: IntGauge = single(
-            r,
-            IntGauge::new(
-                "ragwatch_kafka_assigned_partitions",
-                "Partitions this replica holds.",
-            ),
-        ),
-        /// Brokers librdkafka sees as up.
-        pub(crate) kafka_brokers_up: IntGauge = single(
-            r,
-            IntGauge::new(
-                "ragwatch_kafka_brokers_up",
-                "Brokers librdkafka reports as UP.",
-            ),
-        ),
-        /// Seconds since this replica's partition assignment last changed (since start before the
-        /// first).
-        pub(crate) kafka_assignment_age: Gauge = single(
-            r,
-            Gauge::new(
-                "ragwatch_kafka_assignment_age_seconds",
-                "Seconds since this replica's partition assignment last changed (since start before the first).",
-            ),
-        ),
-        /// 1 while this replica holds no partition though its topics have some (a spare replica,
-        /// or one the group leaves out: the fleet's metrics together tell which).
-        pub(crate) kafka_without_partitions: IntGauge = single(
-            r,
-            IntGauge::new(
-                "ragwatch_kafka_without_partitions",
-                "1 while this replica holds no partition though its subscribed topics have some.",
-            ),
-        ),
-        /// Partitions of the subscribed topics: what the group shares.
-        pub(crate) kafka_topic_partitions: IntGauge = single(
-            r,
-            IntGauge::new(
-                "ragwatch_kafka_topic_partitions",
-                "Partitions of the subscribed topics, shared by the consumer group.",
-            ),
-        ),
-        /// The consumer's session timeout: how long the group waits for a silent member.
-        pub(crate) kafka_session_timeout: Gauge = single(
-            r,
-            Gauge::new(
-                "ragwatch_kafka_session_timeout_seconds",
-                "The consumer group session timeout: how long the group waits for a silent member.",
             ),
         ),
     }

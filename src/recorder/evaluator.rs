@@ -19,8 +19,8 @@ use crate::window::{
 /// Sets the threshold gauges once: per (metric, stratum, judge), only the rules that are on.
 pub fn export_thresholds(config: &Config, shared: &Shared) {
     let m = &shared.metrics;
-    m.window.threshold_confidence_z.set(config.windows.z);
-    m.window.threshold_page_llr.set(config.windows.page_llr);
+    m.drift.threshold_confidence_z.set(config.windows.z);
+    m.drift.threshold_page_llr.set(config.windows.page_llr);
     for stratum in shared.stratifier.names() {
         for metric in Quality::ALL {
             for judge in config.ruled_judges() {
@@ -32,24 +32,24 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
                 ] {
                     let l = [labels[0], labels[1], labels[2], kind.name()];
                     match value {
-                        Some(v) => m.window.threshold.with_label_values(&l).set(v),
+                        Some(v) => m.drift.threshold.with_label_values(&l).set(v),
                         None => {
-                            let _ = m.window.threshold.remove_label_values(&l);
+                            let _ = m.drift.threshold.remove_label_values(&l);
                         }
                     }
                 }
                 if let Some(shift) = rule.shift {
-                    m.window
+                    m.drift
                         .threshold_shift_sd
                         .with_label_values(&labels)
                         .set(shift.min_sd);
-                    m.window
+                    m.drift
                         .threshold_shift_z
                         .with_label_values(&labels)
                         .set(shift.z);
                 }
                 if rule.any() {
-                    m.window
+                    m.drift
                         .min_samples
                         .with_label_values(&labels)
                         .set(rule.min_samples as i64);
@@ -136,7 +136,7 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
         for (judge, low) in evaluated {
             let blamed = diagnose(&low);
             for stage in STAGES {
-                m.window
+                m.drift
                     .diagnosis
                     .with_label_values(&[stratum, judge.name(), stage])
                     .set(i64::from(blamed == Some(stage)));
@@ -186,8 +186,8 @@ fn clear_window(m: &Metrics, labels: [&str; 4]) {
 
 fn set_drift(m: &Metrics, metric: Quality, stratum: &str, judge: JudgeKind, state: &DriftState) {
     for rule in RuleKind::ALL {
-        m.window
-            .drift_active
+        m.drift
+            .active
             .with_label_values(&[metric.name(), stratum, judge.name(), rule.name()])
             .set(i64::from(state.active(rule)));
     }
@@ -406,8 +406,8 @@ mod tests {
         let m = Arc::clone(&shared.metrics);
         let stratum = shared.stratifier.name(0).to_owned();
         let floor = || {
-            m.window
-                .drift_active
+            m.drift
+                .active
                 .with_label_values(&["faithfulness", &stratum, "offline", "floor"])
                 .get()
         };

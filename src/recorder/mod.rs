@@ -115,8 +115,8 @@ impl Shared {
                 .any(|j| {
                     crate::window::RuleKind::ALL.iter().any(|r| {
                         self.metrics
-                            .window
-                            .drift_active
+                            .drift
+                            .active
                             .with_label_values(&[m.name(), s, j.name(), r.name()])
                             .get()
                             > 0

@@ -130,17 +130,17 @@ impl Membership {
     }
 
     fn publish(&self, metrics: &Metrics, now: Instant) {
-        metrics.source.kafka_partitions.set(self.held.len() as i64);
+        metrics.kafka.partitions.set(self.held.len() as i64);
         metrics
-            .source
-            .kafka_assignment_age
+            .kafka
+            .assignment_age
             .set(now.saturating_duration_since(self.changed).as_secs_f64());
         metrics
-            .source
-            .kafka_without_partitions
+            .kafka
+            .without_partitions
             .set(i64::from(self.without_partitions()));
         if let Some(n) = self.topic_partitions {
-            metrics.source.kafka_topic_partitions.set(n as i64);
+            metrics.kafka.topic_partitions.set(n as i64);
         }
     }
 }
@@ -170,13 +170,13 @@ impl ClientContext for SourceContext {
             .values()
             .filter(|b| b.nodeid >= 0 && b.state == "UP")
             .count();
-        self.metrics.source.kafka_brokers_up.set(up as i64);
+        self.metrics.kafka.brokers_up.set(up as i64);
         for (topic, t) in &stats.topics {
             for (id, p) in &t.partitions {
                 if *id >= 0 && p.consumer_lag >= 0 && p.fetch_state == "active" {
                     self.metrics
-                        .source
-                        .kafka_lag
+                        .kafka
+                        .lag
                         .with_label_values(&[topic.as_str(), &id.to_string()])
                         .set(p.consumer_lag);
                 }
@@ -192,11 +192,7 @@ impl ClientContext for SourceContext {
             Some(RDKafkaErrorCode::Authentication) => "authentication",
             _ => "other",
         };
-        self.metrics
-            .source
-            .kafka_errors
-            .with_label_values(&[kind])
-            .inc();
+        self.metrics.kafka.errors.with_label_values(&[kind]).inc();
         if let Some(suppressed) = ERROR_LOG.allow() {
             tracing::warn!(kind, error = %error, reason, suppressed, "kafka client error");
         }
@@ -212,8 +208,8 @@ impl ConsumerContext for SourceContext {
             for (topic, partition) in &revoked {
                 let _ = self
                     .metrics
-                    .source
-                    .kafka_lag
+                    .kafka
+                    .lag
                     .remove_label_values(&[topic.as_str(), &partition.to_string()]);
             }
             let _ = self.assignment_tx.send(Assignment::Revoked(revoked));
@@ -239,8 +235,8 @@ impl ConsumerContext for SourceContext {
             Err(_) => "error",
         };
         self.metrics
-            .source
-            .kafka_commits
+            .kafka
+            .commits
             .with_label_values(&[outcome])
             .inc();
     }
@@ -434,12 +430,12 @@ async fn run_kafka_source<I: Ingest>(
         subscribe(config, &config.group_id, &config.topics, env, &metrics)?;
     let topics = &config.topics;
     metrics
-        .source
-        .kafka_session_timeout
+        .kafka
+        .session_timeout
         .set(config.session_timeout_ms as f64 / 1000.0);
     // Every kind at zero from the start: rate() and increase() see the first error as one.
     for kind in ERROR_KINDS {
-        metrics.source.kafka_errors.with_label_values(&[kind]);
+        metrics.kafka.errors.with_label_values(&[kind]);
     }
     tracing::info!(
         brokers = %config.brokers,
@@ -539,12 +535,12 @@ async fn run_kafka_source<I: Ingest>(
                         }
                         // The client cannot go on (another live member took this group.instance.id, say).
                         Err(KafkaError::MessageConsumptionFatal(code)) => {
-                            metrics.source.kafka_errors.with_label_values(&["consume"]).inc();
+                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
                             fatal = Some(code);
                             break 'consume;
                         }
                         Err(e) => {
-                            metrics.source.kafka_errors.with_label_values(&["consume"]).inc();
+                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
                             if let Some(suppressed) = ERROR_LOG.allow() {
                                 tracing::warn!(error = %e, suppressed, "kafka receive error");
                             }
@@ -700,12 +696,12 @@ pub(crate) async fn run_label_source(
                     }
                 }
                 Err(KafkaError::MessageConsumptionFatal(code)) => {
-                    shared.metrics.source.kafka_errors.with_label_values(&["consume"]).inc();
+                    shared.metrics.kafka.errors.with_label_values(&["consume"]).inc();
                     tracing::error!(error = %code, "fatal kafka error on the label consumer: labels stop");
                     break;
                 }
                 Err(e) => {
-                    shared.metrics.source.kafka_errors.with_label_values(&["consume"]).inc();
+                    shared.metrics.kafka.errors.with_label_values(&["consume"]).inc();
                     if let Some(suppressed) = ERROR_LOG.allow() {
                         tracing::warn!(error = %e, suppressed, "kafka receive error (labels)");
                     }
