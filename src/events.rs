@@ -51,6 +51,7 @@ static SKIP_LOG: LogLimiter = LogLimiter::new();
 /// A message was rejected by the decoder.
 pub(crate) fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &str) {
     metrics
+        .ingest
         .traces_rejected
         .with_label_values(&[error.reason.as_str()])
         .inc();
@@ -62,6 +63,7 @@ pub(crate) fn trace_rejected(metrics: &Metrics, error: &DecodeError, position: &
 /// A sampled trace was not scored by the sampled judge.
 pub(crate) fn trace_skipped(metrics: &Metrics, stratum: &str, reason: SkipReason, trace_id: &str) {
     metrics
+        .sample
         .traces_skipped
         .with_label_values(&[stratum, reason.as_str()])
         .inc();

@@ -357,7 +357,8 @@ impl Exporter {
                 Err(mpsc::error::TrySendError::Closed(_)) => "shutdown",
             };
             self.metrics
-                .export_dropped
+                .export
+                .dropped
                 .with_label_values(&[name, reason])
                 .inc();
         }
@@ -366,7 +367,8 @@ impl Exporter {
     fn drop_all(&self, n: usize, reason: &str) {
         for (name, _) in &self.queues {
             self.metrics
-                .export_dropped
+                .export
+                .dropped
                 .with_label_values(&[name, reason])
                 .inc_by(n as u64);
         }
@@ -418,7 +420,8 @@ async fn run_target(
     let name = target.name();
     let dropped = |n: usize| {
         metrics
-            .export_dropped
+            .export
+            .dropped
             .with_label_values(&[name, "shutdown"])
             .inc_by(n as u64);
     };
@@ -433,7 +436,8 @@ async fn run_target(
             break;
         };
         metrics
-            .export_sent
+            .export
+            .sent
             .with_label_values(&[name, outcome])
             .inc_by(batch.len() as u64);
     }
@@ -670,8 +674,8 @@ mod tests {
 
     fn count(m: &Metrics, family: &str, target: &str, label: &str) -> u64 {
         match family {
-            "sent" => m.export_sent.with_label_values(&[target, label]).get(),
-            _ => m.export_dropped.with_label_values(&[target, label]).get(),
+            "sent" => m.export.sent.with_label_values(&[target, label]).get(),
+            _ => m.export.dropped.with_label_values(&[target, label]).get(),
         }
     }
 
@@ -865,11 +869,11 @@ mod tests {
         );
         stop.cancel();
         run.await.unwrap();
-        let sent: u64 = crate::metrics::EXPORT_OUTCOMES
+        let sent: u64 = crate::metrics::export::EXPORT_OUTCOMES
             .iter()
             .map(|o| count(&metrics, "sent", "otlp", o))
             .sum();
-        let dropped: u64 = crate::metrics::EXPORT_DROP_REASONS
+        let dropped: u64 = crate::metrics::export::EXPORT_DROP_REASONS
             .iter()
             .map(|r| count(&metrics, "dropped", "otlp", r))
             .sum();

@@ -134,7 +134,10 @@ impl Fleet {
                 fleet.peers = Some(watcher);
             }
             Membership::Replicas | Membership::Auto => {
-                metrics.fleet_peers.set(i64::from(config.replicas.max(1)));
+                metrics
+                    .budget
+                    .fleet_peers
+                    .set(i64::from(config.replicas.max(1)));
             }
         }
         tracing::info!(membership = ?membership, share = fleet.share_rx.current(), "fleet membership");
@@ -175,7 +178,7 @@ pub fn follow_share(
                         break;
                     }
                     let share = *share_rx.0.borrow_and_update();
-                    if (metrics.budget_share.get() - share).abs() > SAME_SHARE {
+                    if (metrics.budget.share.get() - share).abs() > SAME_SHARE {
                         tracing::info!(share, "judge budget share");
                     }
                     apply(share, &metrics, budget.as_deref());
@@ -186,7 +189,7 @@ pub fn follow_share(
 }
 
 fn apply(share: f64, metrics: &Metrics, budget: Option<&Budget>) {
-    metrics.budget_share.set(share);
+    metrics.budget.share.set(share);
     if let Some(b) = budget {
         b.set_share(share);
     }
@@ -209,7 +212,7 @@ mod tests {
             Some(Arc::clone(&budget)),
             stop.clone(),
         );
-        assert_eq!(metrics.budget_share.get(), 0.5, "before the first poll");
+        assert_eq!(metrics.budget.share.get(), 0.5, "before the first poll");
         assert_eq!(budget.share(), 0.5);
         let task = tokio::spawn(follower);
         assert!(tx.send(0.25));
@@ -220,7 +223,7 @@ mod tests {
             }
             tokio::task::yield_now().await;
         }
-        assert_eq!((metrics.budget_share.get(), budget.share()), (0.25, 0.25));
+        assert_eq!((metrics.budget.share.get(), budget.share()), (0.25, 0.25));
         assert!(tx.send(7.0));
         assert_eq!(tx.current(), 1.0, "clamped to [0, 1]");
         stop.cancel();

@@ -94,7 +94,10 @@ impl PeerWatcher {
                 None
             }
         });
-        metrics.fleet_peers.set(i64::from(config.replicas.max(1)));
+        metrics
+            .budget
+            .fleet_peers
+            .set(i64::from(config.replicas.max(1)));
         Self {
             name: config.peers.clone().unwrap_or_default(),
             own,
@@ -116,6 +119,7 @@ impl PeerWatcher {
             Ok(ips) => (Lookup::Ok, replicas_in(ips.iter().copied(), self.own)),
         };
         self.metrics
+            .budget
             .fleet_peer_lookups
             .with_label_values(&[outcome.as_str()])
             .inc();
@@ -136,7 +140,7 @@ impl PeerWatcher {
             tracing::info!(peers = %self.name, replicas, own = ?self.own, "fleet peers");
             self.replicas = Some(replicas);
         }
-        self.metrics.fleet_peers.set(replicas as i64);
+        self.metrics.budget.fleet_peers.set(replicas as i64);
         self.share_tx.send(1.0 / replicas as f64);
     }
 
@@ -223,9 +227,10 @@ mod tests {
         let (mut w, rx) = watcher("127.0.0.1", Some("127.0.0.2"));
         w.resolve_once().await;
         assert_eq!(rx.current(), 0.5, "the answer and this replica");
-        assert_eq!(w.metrics.fleet_peers.get(), 2);
+        assert_eq!(w.metrics.budget.fleet_peers.get(), 2);
         let ok = |w: &PeerWatcher, o: Lookup| {
             w.metrics
+                .budget
                 .fleet_peer_lookups
                 .with_label_values(&[o.as_str()])
                 .get()

@@ -4,7 +4,7 @@
 
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, Registry};
 
-use super::{counter, gauge, int_gauge};
+use super::family::{counter, gauge, int_gauge};
 use crate::changes::Novelty;
 
 /// Label values of `coverage`.

@@ -10,7 +10,7 @@
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntGauge, Registry};
 
-use super::{counter, gauge, single};
+use super::family::{counter, gauge, single};
 use crate::dimensions::{JudgeKind, Quality};
 
 /// Label values of `arm`: the candidate's own traces, and the baseline's traces over the same span.
@@ -37,6 +37,37 @@ pub(crate) struct ArmSeries {
 }
 
 impl ArmSeries {
+    /// The series of one arm, `[stratum, variant, arm]`, of `traces` and `terms` (the families of
+    /// [`ComparisonMetrics::register`]).
+    fn of(
+        traces: &GaugeVec,
+        terms: &GaugeVec,
+        d: &Dimensions<'_>,
+        [stratum, variant, arm]: [&str; 3],
+    ) -> Self {
+        let state = |st: &str| traces.with_label_values(&[stratum, variant, arm, st]);
+        ArmSeries {
+            arrived: state("arrived"),
+            judged_weight: state("judged_weight"),
+            terms: Quality::ALL
+                .iter()
+                .map(|metric| {
+                    TERMS.map(|term| {
+                        terms.with_label_values(&[
+                            stratum,
+                            variant,
+                            arm,
+                            metric.name(),
+                            d.judge.name(),
+                            d.judge_model,
+                            term,
+                        ])
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// Adds one judged score `y` of weight `w` for `metric`.
     pub fn add_score(&self, metric: Quality, w: f64, y: f64) {
         let Some(i) = Quality::ALL.iter().position(|m| *m == metric) else {
@@ -94,6 +125,7 @@ pub(crate) struct Settings<'a> {
 impl ComparisonMetrics {
     /// Registers the families on `r` and creates every series at zero.
     pub fn register(r: &Registry, d: &Dimensions<'_>, s: &Settings<'_>) -> Self {
+        register_settings(r, s);
         let traces = gauge(
             r,
             "ragwatch_comparison_traces",
@@ -126,41 +158,6 @@ impl ComparisonMetrics {
             "Traces by variant (declared, other: an undeclared value, unknown: none) and stratum.",
             &["stratum", "variant"],
         );
-        let margin = single(
-            r,
-            Gauge::new(
-                "ragwatch_comparison_margin_ratio",
-                "variants.margin: a candidate is worse when confidently worse than the baseline by more than this.",
-            ),
-        );
-        let min_judged = single(
-            r,
-            IntGauge::new(
-                "ragwatch_comparison_min_judged",
-                "variants.min_judged: judged traces each arm needs before a verdict.",
-            ),
-        );
-        let deadline = single(
-            r,
-            IntGauge::new(
-                "ragwatch_comparison_deadline_seconds",
-                "variants.deadline_secs: how long a rollout gate waits on an undecided comparison.",
-            ),
-        );
-        margin.set(s.margin);
-        min_judged.set(i64::try_from(s.min_judged).unwrap_or(i64::MAX));
-        deadline.set(i64::try_from(s.deadline_secs).unwrap_or(i64::MAX));
-        if !s.shares.is_empty() {
-            let share: GaugeVec = gauge(
-                r,
-                "ragwatch_comparison_expected_share_ratio",
-                "variants.share: a candidate's declared share of the traffic (candidate and baseline).",
-                &["variant"],
-            );
-            for (v, x) in s.shares {
-                share.with_label_values(&[v.as_str()]).set(*x);
-            }
-        }
         let arms = d
             .strata
             .iter()
@@ -168,36 +165,7 @@ impl ComparisonMetrics {
                 d.candidates
                     .iter()
                     .map(|variant| {
-                        ARMS.map(|arm| {
-                            let state = |st: &str| {
-                                traces.with_label_values(&[
-                                    stratum.as_str(),
-                                    variant.as_str(),
-                                    arm,
-                                    st,
-                                ])
-                            };
-                            ArmSeries {
-                                arrived: state("arrived"),
-                                judged_weight: state("judged_weight"),
-                                terms: Quality::ALL
-                                    .iter()
-                                    .map(|metric| {
-                                        TERMS.map(|term| {
-                                            terms.with_label_values(&[
-                                                stratum.as_str(),
-                                                variant.as_str(),
-                                                arm,
-                                                metric.name(),
-                                                d.judge.name(),
-                                                d.judge_model,
-                                                term,
-                                            ])
-                                        })
-                                    })
-                                    .collect(),
-                            }
-                        })
+                        ARMS.map(|arm| ArmSeries::of(&traces, &terms, d, [stratum, variant, arm]))
                     })
                     .collect()
             })
@@ -242,6 +210,45 @@ impl ComparisonMetrics {
             if let Some(arms) = stratum.get(candidate) {
                 arms.iter().for_each(ArmSeries::reset);
             }
+        }
+    }
+}
+
+/// Registers the comparison's settings, for the rules and the rollout gates, and sets them.
+fn register_settings(r: &Registry, s: &Settings<'_>) {
+    let margin = single(
+        r,
+        Gauge::new(
+            "ragwatch_comparison_margin_ratio",
+            "variants.margin: a candidate is worse when confidently worse than the baseline by more than this.",
+        ),
+    );
+    let min_judged = single(
+        r,
+        IntGauge::new(
+            "ragwatch_comparison_min_judged",
+            "variants.min_judged: judged traces each arm needs before a verdict.",
+        ),
+    );
+    let deadline = single(
+        r,
+        IntGauge::new(
+            "ragwatch_comparison_deadline_seconds",
+            "variants.deadline_secs: how long a rollout gate waits on an undecided comparison.",
+        ),
+    );
+    margin.set(s.margin);
+    min_judged.set(i64::try_from(s.min_judged).unwrap_or(i64::MAX));
+    deadline.set(i64::try_from(s.deadline_secs).unwrap_or(i64::MAX));
+    if !s.shares.is_empty() {
+        let share: GaugeVec = gauge(
+            r,
+            "ragwatch_comparison_expected_share_ratio",
+            "variants.share: a candidate's declared share of the traffic (candidate and baseline).",
+            &["variant"],
+        );
+        for (v, x) in s.shares {
+            share.with_label_values(&[v.as_str()]).set(*x);
         }
     }
 }

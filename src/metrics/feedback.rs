@@ -4,7 +4,7 @@
 
 use prometheus::{Gauge, GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::{counter, gauge, histogram, int_gauge, single};
+use super::family::{counter, gauge, histogram, int_gauge, single};
 use crate::eval::{LABEL_SCORE_BOUNDS, label_score_bucket};
 
 /// Label values of `feedback`, by `Polarity` (negative first).

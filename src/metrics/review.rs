@@ -3,7 +3,7 @@
 
 use prometheus::{Counter, CounterVec, IntCounter, Registry};
 
-use super::{counter, float_counter, gauge};
+use super::family::{counter, float_counter, gauge};
 
 /// Why a trace was picked; label values of `reason`.
 pub(crate) const REASONS: [&str; 5] = [

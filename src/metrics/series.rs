@@ -95,13 +95,20 @@ mod tests {
             );
         }
         m.count_verdict(1, "tail", JudgeKind::Offline, true, false, None);
-        assert_eq!(m.traces_received.with_label_values(&["tail"]).get(), 3);
-        assert_eq!(m.traces_received.with_label_values(&["head"]).get(), 0);
-        let rank1 = m.retrieval_score.with_label_values(&["tail", "1"]);
+        assert_eq!(
+            m.ingest.traces_received.with_label_values(&["tail"]).get(),
+            3
+        );
+        assert_eq!(
+            m.ingest.traces_received.with_label_values(&["head"]).get(),
+            0
+        );
+        let rank1 = m.ingest.retrieval_score.with_label_values(&["tail", "1"]);
         assert_eq!(rank1.get_sample_count(), 3);
-        let h = m.scores[Quality::Faithfulness].with_label_values(&["tail", "llm"]);
+        let h = m.verdicts.scores[Quality::Faithfulness].with_label_values(&["tail", "llm"]);
         assert_eq!((h.get_sample_count(), h.get_sample_sum()), (3, 1.5));
         let squares = m
+            .verdicts
             .score_squares
             .with_label_values(&["faithfulness", "tail", "llm"]);
         assert_eq!(squares.get(), 0.75);
@@ -115,13 +122,28 @@ mod tests {
             });
         assert_eq!(kept.iter().flatten().count(), 1);
         assert_eq!(m.exemplars.len(), 1);
-        assert_eq!(m.refusals.with_label_values(&["tail", "offline"]).get(), 1);
-        assert_eq!(m.refusals.with_label_values(&["tail", "llm"]).get(), 0);
+        assert_eq!(
+            m.verdicts
+                .refusals
+                .with_label_values(&["tail", "offline"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            m.verdicts
+                .refusals
+                .with_label_values(&["tail", "llm"])
+                .get(),
+            0
+        );
         // The combined judge has no kept handles; a stratum id past the cache neither: both are
         // looked up by name every time, and still counted.
         m.count_verdict(7, "other", JudgeKind::Combined, false, true, None);
         assert_eq!(
-            m.no_claims.with_label_values(&["other", "combined"]).get(),
+            m.verdicts
+                .no_claims
+                .with_label_values(&["other", "combined"])
+                .get(),
             1
         );
     }

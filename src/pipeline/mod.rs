@@ -88,7 +88,7 @@ pub(crate) fn offer(
 ) -> Option<JudgeJob> {
     let reason = match tx.try_send(job) {
         Ok(()) => {
-            shared.metrics.judge_queue_depth.inc();
+            shared.metrics.sample.judge_queue_depth.inc();
             return None;
         }
         Err(mpsc::error::TrySendError::Full(job)) => (SkipReason::QueueFull, job),
@@ -223,7 +223,7 @@ impl Pipeline {
 
     /// [`Pipeline::ingest`] at a given wall-clock time (simulations drive the clock).
     pub fn ingest_at(&mut self, bytes: &[u8], position: Option<Position>, now: u64) -> Disposition {
-        self.shared.metrics.source_messages.inc();
+        self.shared.metrics.source.messages.inc();
         let mut trace = std::mem::take(&mut self.spare);
         if let Err(e) = self.decoder.decode_into(bytes, &mut trace) {
             self.keep(trace);

@@ -101,7 +101,7 @@ pub(crate) async fn run_pool(
             }
         }
     };
-    let taken = || shared.metrics.judge_queue_depth.dec();
+    let taken = || shared.metrics.sample.judge_queue_depth.dec();
     let left = |job: &JudgeJob| skip_shutdown(&shared, job);
     serve_queue(workers, jobs_rx, &abandon, taken, work, left).await;
 }
@@ -116,7 +116,8 @@ fn finish(judge: &PoolJudge, shared: &Shared, job: &JudgeJob, verdict: Result<Ju
             verdict: v,
             outcome,
         }) => {
-            m.judge_requests
+            m.judge
+                .requests
                 .with_label_values(&[kind, outcome.name()])
                 .inc();
             let now = crate::clock::now_ms();
@@ -131,7 +132,8 @@ fn finish(judge: &PoolJudge, shared: &Shared, job: &JudgeJob, verdict: Result<Ju
             shared.record_pair(job.stratum, &v, job.prediction(), job.probability, now);
         }
         Err(e) => {
-            m.judge_requests
+            m.judge
+                .requests
                 .with_label_values(&[kind, e.kind().name()])
                 .inc();
             let reason = match e {
@@ -284,7 +286,7 @@ mod tests {
             let (jobs_tx, jobs_rx) = mpsc::channel(16);
             let (ack_tx, acks) = mpsc::unbounded_channel();
             for j in jobs {
-                shared.metrics.judge_queue_depth.inc();
+                shared.metrics.sample.judge_queue_depth.inc();
                 jobs_tx.send(j).await.unwrap();
             }
             let (stop, abandon) = (CancellationToken::new(), CancellationToken::new());
@@ -319,20 +321,26 @@ mod tests {
                 acked.push(p.offset);
             }
             acked.sort_unstable();
-            assert_eq!(self.shared.metrics.judge_queue_depth.get(), 0);
+            assert_eq!(self.shared.metrics.sample.judge_queue_depth.get(), 0);
             (took, acked)
         }
 
         fn skipped(&self, reason: &str) -> u64 {
             let m = &self.shared.metrics;
             let s = self.shared.stratifier.name(0);
-            m.traces_skipped.with_label_values(&[s, reason]).get()
+            m.sample
+                .traces_skipped
+                .with_label_values(&[s, reason])
+                .get()
         }
 
         fn judged(&self) -> u64 {
             let m = &self.shared.metrics;
             let s = self.shared.stratifier.name(0);
-            m.traces_judged.with_label_values(&[s, "llm"]).get()
+            m.verdicts
+                .traces_judged
+                .with_label_values(&[s, "llm"])
+                .get()
         }
     }
 
@@ -428,7 +436,8 @@ mod tests {
         let refused = drain
             .shared
             .metrics
-            .judge_requests
+            .judge
+            .requests
             .with_label_values(&["llm", "budget_exhausted"])
             .get();
         assert_eq!(refused, 5);

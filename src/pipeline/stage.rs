@@ -94,7 +94,8 @@ fn predict(
     match verdict {
         Ok(v) => {
             let judged = crate::judge::llm::Judged::fresh(v);
-            m.judge_requests
+            m.judge
+                .requests
                 .with_label_values(&[kind, judged.outcome.name()])
                 .inc();
             shared.record_beside(job.stratum, &judged.verdict, &job.trace, now);
@@ -103,7 +104,8 @@ fn predict(
         }
         Err(e) => {
             let e = e.into_llm();
-            m.judge_requests
+            m.judge
+                .requests
                 .with_label_values(&[kind, e.kind().name()])
                 .inc();
             tracing::debug!(error = %e, trace_id = %job.trace.trace_id, "classifier failed: the offline score stands");

@@ -19,8 +19,8 @@ use crate::window::{
 /// Sets the threshold gauges once: per (metric, stratum, judge), only the rules that are on.
 pub fn export_thresholds(config: &Config, shared: &Shared) {
     let m = &shared.metrics;
-    m.threshold_confidence_z.set(config.windows.z);
-    m.threshold_page_llr.set(config.windows.page_llr);
+    m.drift.threshold_confidence_z.set(config.windows.z);
+    m.drift.threshold_page_llr.set(config.windows.page_llr);
     for stratum in shared.stratifier.names() {
         for metric in Quality::ALL {
             for judge in config.ruled_judges() {
@@ -32,20 +32,25 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
                 ] {
                     let l = [labels[0], labels[1], labels[2], kind.name()];
                     match value {
-                        Some(v) => m.threshold.with_label_values(&l).set(v),
+                        Some(v) => m.drift.threshold.with_label_values(&l).set(v),
                         None => {
-                            let _ = m.threshold.remove_label_values(&l);
+                            let _ = m.drift.threshold.remove_label_values(&l);
                         }
                     }
                 }
                 if let Some(shift) = rule.shift {
-                    m.threshold_shift_sd
+                    m.drift
+                        .threshold_shift_sd
                         .with_label_values(&labels)
                         .set(shift.min_sd);
-                    m.threshold_shift_z.with_label_values(&labels).set(shift.z);
+                    m.drift
+                        .threshold_shift_z
+                        .with_label_values(&labels)
+                        .set(shift.z);
                 }
                 if rule.any() {
-                    m.min_samples
+                    m.drift
+                        .min_samples
                         .with_label_values(&labels)
                         .set(rule.min_samples as i64);
                 }
@@ -131,7 +136,8 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
         for (judge, low) in evaluated {
             let blamed = diagnose(&low);
             for stage in STAGES {
-                m.diagnosis
+                m.drift
+                    .diagnosis
                     .with_label_values(&[stratum, judge.name(), stage])
                     .set(i64::from(blamed == Some(stage)));
             }
@@ -158,28 +164,30 @@ fn cross_fitted(
 }
 
 fn set_window(m: &Metrics, labels: [&str; 4], s: &WindowStats) {
-    m.window_samples
+    m.window
+        .samples
         .with_label_values(&labels)
         .set(s.count as i64);
     match (s.mean, s.ci_lower, s.ci_upper) {
         (Some(mean), Some(lo), Some(hi)) => {
-            m.window_mean.with_label_values(&labels).set(mean);
-            m.window_ci_lower.with_label_values(&labels).set(lo);
-            m.window_ci_upper.with_label_values(&labels).set(hi);
+            m.window.mean.with_label_values(&labels).set(mean);
+            m.window.ci_lower.with_label_values(&labels).set(lo);
+            m.window.ci_upper.with_label_values(&labels).set(hi);
         }
         _ => clear_window(m, labels),
     }
 }
 
 fn clear_window(m: &Metrics, labels: [&str; 4]) {
-    let _ = m.window_mean.remove_label_values(&labels);
-    let _ = m.window_ci_lower.remove_label_values(&labels);
-    let _ = m.window_ci_upper.remove_label_values(&labels);
+    let _ = m.window.mean.remove_label_values(&labels);
+    let _ = m.window.ci_lower.remove_label_values(&labels);
+    let _ = m.window.ci_upper.remove_label_values(&labels);
 }
 
 fn set_drift(m: &Metrics, metric: Quality, stratum: &str, judge: JudgeKind, state: &DriftState) {
     for rule in RuleKind::ALL {
-        m.drift_active
+        m.drift
+            .active
             .with_label_values(&[metric.name(), stratum, judge.name(), rule.name()])
             .set(i64::from(state.active(rule)));
     }
@@ -398,12 +406,14 @@ mod tests {
         let m = Arc::clone(&shared.metrics);
         let stratum = shared.stratifier.name(0).to_owned();
         let floor = || {
-            m.drift_active
+            m.drift
+                .active
                 .with_label_values(&["faithfulness", &stratum, "offline", "floor"])
                 .get()
         };
         let samples = |window: &str| {
-            m.window_samples
+            m.window
+                .samples
                 .with_label_values(&["faithfulness", &stratum, "offline", window])
                 .get()
         };

@@ -491,7 +491,8 @@ impl Feedback {
             (None, _) => self.join(line, names, metrics, now_ms),
         };
         metrics
-            .labels_received
+            .labelled
+            .received
             .with_label_values(&[outcome.as_str()])
             .inc();
         outcome
@@ -584,7 +585,8 @@ impl Feedback {
                     .add(now_ms / self.slot_ms, faithful, score);
                 let agree = (score >= threshold) == faithful;
                 metrics
-                    .label_agreement
+                    .labelled
+                    .agreement
                     .with_label_values(&[
                         judge.name(),
                         stratum,
@@ -696,7 +698,8 @@ mod tests {
         f.remember("a", 0, JudgeKind::Llm, Some(0.5), 10);
         f.remember("b", 1, JudgeKind::Offline, Some(0.2), 20);
         let agree = |judge: &str, stratum: &str, v: &str| {
-            m.label_agreement
+            m.labelled
+                .agreement
                 .with_label_values(&[judge, stratum, v])
                 .get()
         };
@@ -744,7 +747,7 @@ mod tests {
             f.label(br#"{"trace_id": "a", "faithful": true}"#, &names, &m, 40),
             LabelOutcome::UnknownTrace
         );
-        assert_eq!(m.labels_received.with_label_values(&["invalid"]).get(), 3);
+        assert_eq!(m.labelled.received.with_label_values(&["invalid"]).get(), 3);
     }
 
     #[test]
@@ -813,10 +816,11 @@ mod tests {
         for (line, want) in body {
             assert_eq!(f.label(line.as_bytes(), &names, &m, 1000), want, "{line}");
         }
-        assert_eq!(m.labels_received.with_label_values(&["joined"]).get(), 0);
+        assert_eq!(m.labelled.received.with_label_values(&["joined"]).get(), 0);
         assert_eq!(parse_label(body[0].0.as_bytes()), None);
         assert_eq!(
-            m.label_agreement
+            m.labelled
+                .agreement
                 .with_label_values(&["offline", "head", "true"])
                 .get(),
             0

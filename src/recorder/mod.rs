@@ -115,7 +115,8 @@ impl Shared {
                 .any(|j| {
                     crate::window::RuleKind::ALL.iter().any(|r| {
                         self.metrics
-                            .drift_active
+                            .drift
+                            .active
                             .with_label_values(&[m.name(), s, j.name(), r.name()])
                             .get()
                             > 0
@@ -212,6 +213,7 @@ impl Shared {
                 "in_scope"
             };
             metrics
+                .identity
                 .stratum_info
                 .with_label_values(&[stratum.as_str(), scope])
                 .set(1);
@@ -225,7 +227,8 @@ impl Shared {
         if config.labels.enabled {
             for outcome in LabelOutcome::ALL {
                 metrics
-                    .labels_received
+                    .labelled
+                    .received
                     .with_label_values(&[outcome.as_str()]);
             }
             // Every bucket of every class from the start: the AUROC rule multiplies series
@@ -235,7 +238,7 @@ impl Shared {
             for judge in &judges {
                 for stratum in stratifier.names() {
                     for agree in ["true", "false"] {
-                        metrics.label_agreement.with_label_values(&[
+                        metrics.labelled.agreement.with_label_values(&[
                             judge.name(),
                             stratum.as_str(),
                             agree,
@@ -261,7 +264,7 @@ impl Shared {
             metrics.start_judge(stratifier.names(), JudgeKind::Classifier);
             judges.push(JudgeKind::Classifier);
         }
-        let length_moments = Arc::new(metrics.length_moments_of(stratifier.names(), &judges));
+        let length_moments = Arc::new(metrics.audit.length_moments_of(stratifier.names(), &judges));
         let sampled_judge = config.judge.sampled.kind();
         let comparisons = comparison::Comparisons::new(
             config,
@@ -320,7 +323,7 @@ impl Shared {
             && families.family(&generator) == Some(judge_family.as_str())
         {
             let s = self.stratifier.name(stratum);
-            self.metrics.same_family.with_label_values(&[s]).inc();
+            self.metrics.audit.same_family.with_label_values(&[s]).inc();
         }
     }
 
@@ -448,6 +451,7 @@ impl Shared {
         }
         let s = self.stratifier.name(stratum);
         self.metrics
+            .verdicts
             .estimate_predictions
             .with_label_values(&[s, prediction.judge.name()])
             .inc();
@@ -585,9 +589,10 @@ mod audit_tests {
         shared.record_audit(0, &own, &verdict(JudgeKind::Offline, 0.5));
         let m = &shared.metrics;
         let s = shared.stratifier.name(0);
-        assert_eq!(m.same_family.with_label_values(&[s]).get(), 1);
+        assert_eq!(m.audit.same_family.with_label_values(&[s]).get(), 1);
         let term = |t: &str| {
-            m.length_moments
+            m.audit
+                .length_moments
                 .with_label_values(&["faithfulness", s, "llm", t])
                 .get()
         };

@@ -100,10 +100,11 @@ impl SpanIngest {
             .assembler
             .add_request(req, position, now, &mut self.completed);
         let m = &self.metrics;
-        m.spans_received.inc_by(stats.spans as u64);
+        m.otlp.spans_received.inc_by(stats.spans as u64);
         for (why, n) in SpanDrop::ALL.iter().zip(stats.dropped) {
             if n > 0 {
-                m.spans_dropped
+                m.otlp
+                    .spans_dropped
                     .with_label_values(&[why.as_str()])
                     .inc_by(n as u64);
             }
@@ -130,6 +131,7 @@ impl SpanIngest {
         let mut completed = std::mem::take(&mut self.completed);
         for c in completed.drain(..) {
             self.metrics
+                .otlp
                 .traces_assembled
                 .with_label_values(&[c.trigger.as_str()])
                 .inc();
@@ -157,10 +159,12 @@ impl SpanIngest {
                     let stratum = shared.stratifier.assign(&trace);
                     let name = shared.stratifier.name(stratum);
                     self.metrics
+                        .ingest
                         .traces_received
                         .with_label_values(&[name])
                         .inc();
                     self.metrics
+                        .ingest
                         .traces_unjudged
                         .with_label_values(&[name, why])
                         .inc();
@@ -174,6 +178,7 @@ impl SpanIngest {
         }
         self.completed = completed;
         self.metrics
+            .otlp
             .assembly_pending
             .set(self.assembler.pending() as i64);
     }
@@ -207,7 +212,7 @@ impl Ingest for SpanIngest {
         position: Option<Position>,
         released: &mut Vec<Position>,
     ) -> Disposition {
-        self.metrics.source_messages.inc();
+        self.metrics.source.messages.inc();
         match self.decode(bytes, self.format) {
             Ok(req) => self.request(req, position, now_ms(), released).0,
             Err(e) => {
@@ -341,8 +346,14 @@ mod tests {
         assert_eq!(d, Disposition::Done);
         assert_eq!(released, vec![pos(0).unwrap()]);
         let m = &si.metrics;
-        assert_eq!(m.spans_received.get(), 4);
-        assert_eq!(m.traces_received.with_label_values(&["default"]).get(), 2);
+        assert_eq!(m.otlp.spans_received.get(), 4);
+        assert_eq!(
+            m.ingest
+                .traces_received
+                .with_label_values(&["default"])
+                .get(),
+            2
+        );
         // A poison message is accounted for at once.
         assert_eq!(
             si.message(b"\xff\xff", pos(3), &mut released),
@@ -358,8 +369,19 @@ mod tests {
         // Only a chain: no retrieval, no model call (an index being built, say).
         si.message(&bytes(vec![root(2)]), pos(1), &mut released);
         let m = &si.metrics;
-        assert_eq!(m.traces_received.with_label_values(&["default"]).get(), 2);
-        let unjudged = |why: &str| m.traces_unjudged.with_label_values(&["default", why]).get();
+        assert_eq!(
+            m.ingest
+                .traces_received
+                .with_label_values(&["default"])
+                .get(),
+            2
+        );
+        let unjudged = |why: &str| {
+            m.ingest
+                .traces_unjudged
+                .with_label_values(&["default", why])
+                .get()
+        };
         assert_eq!(unjudged("not_rag"), 1);
         assert_eq!(unjudged("no_retrieval"), 0);
     }

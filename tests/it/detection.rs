@@ -209,7 +209,8 @@ fn simulate(
             for judge in &rules {
                 for rule in ["floor", "max_drop", "shift"] {
                     let active = m
-                        .drift_active
+                        .drift
+                        .active
                         .with_label_values(&[
                             Quality::Faithfulness.name(),
                             stratum,

@@ -239,7 +239,7 @@ pub fn spawn(
     if credentials.allow_unauthenticated {
         tracing::warn!(listen = %w.listen, "the write listener takes writes without credentials (write.auth.allow_unauthenticated)");
     }
-    metrics.write_tokens.set(tokens.len() as i64);
+    metrics.write.tokens.set(tokens.len() as i64);
     let limiter = ClientLimiter::new(&w.rate_limit).map(Arc::new);
     let guard = Guard {
         credentials: Arc::clone(&credentials),
@@ -266,16 +266,18 @@ pub fn spawn(
     for e in &endpoints {
         for r in Denied::ALL {
             metrics
-                .write_refused
+                .write
+                .refused
                 .with_label_values(&[e.as_str(), r.as_str()]);
         }
     }
     for outcome in ["ok", "error"] {
         metrics
-            .write_reloads
+            .write
+            .reloads
             .with_label_values(&["tokens", outcome]);
         if tls.is_some() {
-            metrics.write_reloads.with_label_values(&["tls", outcome]);
+            metrics.write.reloads.with_label_values(&["tls", outcome]);
         }
     }
 
@@ -388,7 +390,8 @@ async fn check(
 /// Counts, logs (rate-limited, never a token) and answers a refusal.
 fn refuse(metrics: &Metrics, endpoint: Endpoint, refusal: Denied, peer: Option<Peer>) -> Response {
     metrics
-        .write_refused
+        .write
+        .refused
         .with_label_values(&[endpoint.as_str(), refusal.as_str()])
         .inc();
     if let Some(suppressed) = REFUSED_LOG.allow() {
@@ -503,15 +506,17 @@ async fn watch_files(
             None => {}
             Some(Ok(n)) => {
                 metrics
-                    .write_reloads
+                    .write
+                    .reloads
                     .with_label_values(&["tokens", "ok"])
                     .inc();
-                metrics.write_tokens.set(n as i64);
+                metrics.write.tokens.set(n as i64);
                 tracing::info!(tokens = n, "write tokens reloaded");
             }
             Some(Err(e)) => {
                 metrics
-                    .write_reloads
+                    .write
+                    .reloads
                     .with_label_values(&["tokens", "error"])
                     .inc();
                 tracing::warn!(error = %e, "write tokens file unreadable; the tokens read before stay in force");
@@ -521,14 +526,16 @@ async fn watch_files(
             None => {}
             Some(Ok(())) => {
                 metrics
-                    .write_reloads
+                    .write
+                    .reloads
                     .with_label_values(&["tls", "ok"])
                     .inc();
                 tracing::info!("write listener TLS certificate reloaded");
             }
             Some(Err(e)) => {
                 metrics
-                    .write_reloads
+                    .write
+                    .reloads
                     .with_label_values(&["tls", "error"])
                     .inc();
                 tracing::warn!(error = %e, "write listener TLS files not loaded; the certificate before stays in force");
@@ -568,11 +575,11 @@ impl Connections {
                 serve_http(stream, self.app, peer, watcher).await;
             }
             Ok(Err(e)) => {
-                self.metrics.write_tls_handshake_failures.inc();
+                self.metrics.write.tls_handshake_failures.inc();
                 tracing::debug!(error = %e, peer = %addr.ip(), "write listener: TLS handshake failed");
             }
             Err(_) => {
-                self.metrics.write_tls_handshake_failures.inc();
+                self.metrics.write.tls_handshake_failures.inc();
                 tracing::debug!(peer = %addr.ip(), "write listener: TLS handshake timed out");
             }
         }

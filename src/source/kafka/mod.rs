@@ -130,15 +130,17 @@ impl Membership {
     }
 
     fn publish(&self, metrics: &Metrics, now: Instant) {
-        metrics.kafka_partitions.set(self.held.len() as i64);
+        metrics.kafka.partitions.set(self.held.len() as i64);
         metrics
-            .kafka_assignment_age
+            .kafka
+            .assignment_age
             .set(now.saturating_duration_since(self.changed).as_secs_f64());
         metrics
-            .kafka_without_partitions
+            .kafka
+            .without_partitions
             .set(i64::from(self.without_partitions()));
         if let Some(n) = self.topic_partitions {
-            metrics.kafka_topic_partitions.set(n as i64);
+            metrics.kafka.topic_partitions.set(n as i64);
         }
     }
 }
@@ -168,12 +170,13 @@ impl ClientContext for SourceContext {
             .values()
             .filter(|b| b.nodeid >= 0 && b.state == "UP")
             .count();
-        self.metrics.kafka_brokers_up.set(up as i64);
+        self.metrics.kafka.brokers_up.set(up as i64);
         for (topic, t) in &stats.topics {
             for (id, p) in &t.partitions {
                 if *id >= 0 && p.consumer_lag >= 0 && p.fetch_state == "active" {
                     self.metrics
-                        .kafka_lag
+                        .kafka
+                        .lag
                         .with_label_values(&[topic.as_str(), &id.to_string()])
                         .set(p.consumer_lag);
                 }
@@ -189,7 +192,7 @@ impl ClientContext for SourceContext {
             Some(RDKafkaErrorCode::Authentication) => "authentication",
             _ => "other",
         };
-        self.metrics.kafka_errors.with_label_values(&[kind]).inc();
+        self.metrics.kafka.errors.with_label_values(&[kind]).inc();
         if let Some(suppressed) = ERROR_LOG.allow() {
             tracing::warn!(kind, error = %error, reason, suppressed, "kafka client error");
         }
@@ -205,7 +208,8 @@ impl ConsumerContext for SourceContext {
             for (topic, partition) in &revoked {
                 let _ = self
                     .metrics
-                    .kafka_lag
+                    .kafka
+                    .lag
                     .remove_label_values(&[topic.as_str(), &partition.to_string()]);
             }
             let _ = self.assignment_tx.send(Assignment::Revoked(revoked));
@@ -231,7 +235,8 @@ impl ConsumerContext for SourceContext {
             Err(_) => "error",
         };
         self.metrics
-            .kafka_commits
+            .kafka
+            .commits
             .with_label_values(&[outcome])
             .inc();
     }
@@ -425,11 +430,12 @@ async fn run_kafka_source<I: Ingest>(
         subscribe(config, &config.group_id, &config.topics, env, &metrics)?;
     let topics = &config.topics;
     metrics
-        .kafka_session_timeout
+        .kafka
+        .session_timeout
         .set(config.session_timeout_ms as f64 / 1000.0);
     // Every kind at zero from the start: rate() and increase() see the first error as one.
     for kind in ERROR_KINDS {
-        metrics.kafka_errors.with_label_values(&[kind]);
+        metrics.kafka.errors.with_label_values(&[kind]);
     }
     tracing::info!(
         brokers = %config.brokers,
@@ -505,7 +511,7 @@ async fn run_kafka_source<I: Ingest>(
                 stored.release();
             }
             _ = idle_tick.tick() => {
-                metrics.source_idle_seconds.set(last_message.elapsed().as_secs_f64());
+                metrics.source.idle_seconds.set(last_message.elapsed().as_secs_f64());
                 membership.publish(&metrics, Instant::now());
                 if count_stale && !counting {
                     count_stale = false;
@@ -529,12 +535,12 @@ async fn run_kafka_source<I: Ingest>(
                         }
                         // The client cannot go on (another live member took this group.instance.id, say).
                         Err(KafkaError::MessageConsumptionFatal(code)) => {
-                            metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
                             fatal = Some(code);
                             break 'consume;
                         }
                         Err(e) => {
-                            metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
                             if let Some(suppressed) = ERROR_LOG.allow() {
                                 tracing::warn!(error = %e, suppressed, "kafka receive error");
                             }
@@ -690,12 +696,12 @@ pub(crate) async fn run_label_source(
                     }
                 }
                 Err(KafkaError::MessageConsumptionFatal(code)) => {
-                    shared.metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                    shared.metrics.kafka.errors.with_label_values(&["consume"]).inc();
                     tracing::error!(error = %code, "fatal kafka error on the label consumer: labels stop");
                     break;
                 }
                 Err(e) => {
-                    shared.metrics.kafka_errors.with_label_values(&["consume"]).inc();
+                    shared.metrics.kafka.errors.with_label_values(&["consume"]).inc();
                     if let Some(suppressed) = ERROR_LOG.allow() {
                         tracing::warn!(error = %e, suppressed, "kafka receive error (labels)");
                     }

@@ -58,7 +58,8 @@ pub(super) struct GrpcReceiver {
 impl GrpcReceiver {
     fn outcome(&self, outcome: &str) {
         self.metrics
-            .otlp_requests
+            .otlp
+            .requests
             .with_label_values(&["grpc", outcome])
             .inc();
     }
@@ -460,7 +461,8 @@ mod tests {
         assert_eq!(r.budget.used(), 0);
         let count = |o: &str| {
             r.metrics
-                .otlp_requests
+                .otlp
+                .requests
                 .with_label_values(&["grpc", o])
                 .get()
         };

@@ -56,7 +56,8 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let outcome = |o: &str| {
         r.metrics
-            .otlp_requests
+            .otlp
+            .requests
             .with_label_values(&["http", o])
             .inc()
     };
@@ -280,13 +281,15 @@ mod tests {
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
         let m = &r.metrics;
         assert_eq!(
-            m.otlp_requests
+            m.otlp
+                .requests
                 .with_label_values(&["http", "throttled"])
                 .get(),
             1
         );
         assert_eq!(
-            m.otlp_requests
+            m.otlp
+                .requests
                 .with_label_values(&["http", "unavailable"])
                 .get(),
             1
@@ -375,7 +378,8 @@ mod tests {
         assert_eq!(resp.await.unwrap().status(), StatusCode::OK);
         assert_eq!(
             r.metrics
-                .otlp_requests
+                .otlp
+                .requests
                 .with_label_values(&["http", "memory"])
                 .get(),
             1
