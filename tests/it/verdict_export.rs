@@ -580,28 +580,28 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 out = open(sys.argv[1], "a")
 def value(v):
-kind = v.WhichOneof("value")
-return getattr(v, kind) if kind else None
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
 def write(d, context):
-d["tenant"] = dict(context.invocation_metadata()).get("x-tenant")
-out.write(json.dumps(d) + "\n")
-out.flush()
+    d["tenant"] = dict(context.invocation_metadata()).get("x-tenant")
+    out.write(json.dumps(d) + "\n")
+    out.flush()
 class Logs(logs_service_pb2_grpc.LogsServiceServicer):
-def Export(self, request, context):
-    for rl in request.resource_logs:
-        for sl in rl.scope_logs:
-            for r in sl.log_records:
-                write({"kind": "log", "trace_id": r.trace_id.hex(), "span_id": r.span_id.hex(),
-                       "event_name": r.event_name,
-                       "attributes": {a.key: value(a.value) for a in r.attributes}}, context)
-    return logs_service_pb2.ExportLogsServiceResponse()
+    def Export(self, request, context):
+        for rl in request.resource_logs:
+            for sl in rl.scope_logs:
+                for r in sl.log_records:
+                    write({"kind": "log", "trace_id": r.trace_id.hex(), "span_id": r.span_id.hex(),
+                           "event_name": r.event_name,
+                           "attributes": {a.key: value(a.value) for a in r.attributes}}, context)
+        return logs_service_pb2.ExportLogsServiceResponse()
 class Traces(trace_service_pb2_grpc.TraceServiceServicer):
-def Export(self, request, context):
-    for rs in request.resource_spans:
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                write({"kind": "span", "trace_id": s.trace_id.hex(), "parent_span_id": s.parent_span_id.hex()}, context)
-    return trace_service_pb2.ExportTraceServiceResponse()
+    def Export(self, request, context):
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    write({"kind": "span", "trace_id": s.trace_id.hex(), "parent_span_id": s.parent_span_id.hex()}, context)
+        return trace_service_pb2.ExportTraceServiceResponse()
 server = grpc.server(futures.ThreadPoolExecutor(2))
 logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
 trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
