@@ -10,9 +10,9 @@ It answers both request shapes deterministically:
 - RAGAS 0.4 (instructor JSON mode): the output model is recognised from the JSON schema instructor
   puts in the messages, and the data from the `input:` JSON at the end of RAGAS's prompt.
 
-Its "model" follows the same rules as tests/common/openai.rs: sentences of three words or more are
-claims; a claim is supported when its words of four letters or more are all in the contexts; a context
-is relevant when it shares a word of five letters or more with the question. RAGAS's outputs carry a
+Its "model" follows the same rules as tests/it/common/judge/rule.rs: sentences of three words or
+more are claims; a claim is supported when its words of four letters or more are all in the contexts;
+a context is relevant when it shares a word of five letters or more with the question. RAGAS's outputs carry a
 `reason` string, which a real model writes; the stub writes one short sentence (about 12 words), which
 understates RAGAS's completion tokens if anything.
 

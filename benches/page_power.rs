@@ -8,7 +8,7 @@
 //!                                   [--offline-correlation R] [--page-llr H] [--max-drop D]
 //! ```
 //!
-//! # The verdict model (tests/it/common/label_judge.rs)
+//! # The verdict model (tests/it/common/judge/labels.rs)
 //! A trace is faithful with probability `p` (0.9 healthy). The LLM judge reads it as the human
 //! labels do 90 % of the time; a faithful reading has latent score 1 (70 %) or uniform in [0.6, 1],
 //! an unfaithful one uniform in [0.2, 0.7]; the verdict is the share of `c` claims supported, `c`

@@ -15,7 +15,7 @@ h = sqrt(2 V (V + tau^2) / tau^2 * ln(sqrt((V + tau^2) / V) / alpha)). Verdict: 
 delta + h < -margin, not worse when delta - h > -margin (margin 0.05), undecided otherwise, or while
 either arm has fewer than 30 verdicts, or on a sample ratio mismatch (coverage z > 5 or share z > 5).
 
-The judge: the verdict model of tests/it/common/label_judge.rs (as benches/page_power.rs). It reads an
+The judge: the verdict model of tests/it/common/judge/labels.rs (as benches/page_power.rs). It reads an
 answer as the human labels do 90 % of the time; a faithful reading scores 1 (70 %) or uniform in
 [0.6, 1], an unfaithful one uniform in [0.2, 0.7]; the score is realised as the share of 2-6 claims
 supported. A stream 90 % faithful scores 0.852 on average, 85 % 0.832, 75 % 0.793, 60 % 0.734: so

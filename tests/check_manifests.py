@@ -1,5 +1,5 @@
-# Reads rendered manifests (kustomize's or the Helm chart's) on stdin; prints what tests/it/deploy.rs and
-# tests/it/helm.rs assert on. The ragwatch container is checked against the Kubernetes restricted
+# Reads rendered manifests (kustomize's or the Helm chart's) on stdin; prints what tests/it/deploy/ and
+# tests/it/helm/ assert on. The ragwatch container is checked against the Kubernetes restricted
 # profile on its own: the pod's settings never count. argv[1], if given, is the config a ConfigMap
 # that is not rendered (the user's own) holds.
 import hashlib, json, re, sys, tomllib, yaml

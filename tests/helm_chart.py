@@ -1,4 +1,4 @@
-"""Drives Helm's own library (helm-sdkpy, Helm v4) for tests/it/helm.rs; runs in the venv tests/run.sh makes.
+"""Drives Helm's own library (helm-sdkpy, Helm v4) for tests/it/helm/; runs in the venv tests/run.sh makes.
 
   helm_chart.py lint CHART VALUES.yaml|default...
       Lints the chart once per values file (`default`: with its own values.yaml alone) and prints one JSON
@@ -10,7 +10,7 @@
       Prints the Markdown table of the chart's values (key | default | description) from values.yaml's
       helm-docs comments (`# -- ...` above a key, continued by the `#` lines below it): one row per key
       that has such a comment, or that holds no map of its own; a documented map is one row (its whole
-      default), and so is a list. docs/deployment.md carries it, and tests/it/helm.rs holds the two equal.
+      default), and so is a list. docs/deployment.md carries it, and tests/it/helm/notes.rs holds the two equal.
 
   helm_chart.py render CHART RELEASE NAMESPACE [VALUES.yaml...]
       Installs the chart with Helm's install action (the values files merged in order, as with

@@ -82,7 +82,7 @@ if ! cmp -s tests/phoenix-requirements.txt "$px_venv/requirements.txt"; then
   cp tests/phoenix-requirements.txt "$px_venv/requirements.txt"
 fi
 export RAGWATCH_PHOENIX_PYTHON="${RAGWATCH_PHOENIX_PYTHON:-$px_venv/bin/python}"
-# Helm's own library (helm-sdkpy ships Helm v4 as a shared library), for tests/it/helm.rs: it lints
+# Helm's own library (helm-sdkpy ships Helm v4 as a shared library), for tests/it/helm/: it lints
 # and renders deploy/helm/ragwatch. It declares Python >= 3.12 and works on 3.11, hence
 # --ignore-requires-python; a venv of its own keeps that out of the system's packages.
 helm_venv="$HOME/.cache/ragwatch/helm-venv"

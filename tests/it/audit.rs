@@ -1,19 +1,16 @@
 //! `ragwatch replay --audit` end to end, against LLM judge stand-ins on loopback with a bias built
-//! in (tests/it/common/biased_judge.rs): a judge whose score follows answer length shows the
+//! in (tests/it/common/judge/bias.rs): a judge whose score follows answer length shows the
 //! correlation inside each label class and no position effect; one whose verdict follows the first
 //! context shows the flips. The bootstrap intervals are the same for the same `--seed`, and
-//! `ragwatch gate` fails on an audit floor. With `../shared/data` beside the checkout, the audit of
-//! the label-following stand-in (tests/it/common/label_judge.rs) and of the offline judge on the
-//! development set is printed.
-
-use crate::common::biased_judge;
-use crate::common::label_judge;
+//! `ragwatch gate` fails on an audit floor. With the `data` tier, the audit of the label-following
+//! stand-in (tests/it/common/judge/labels.rs) and of the offline judge on the development set is
+//! printed and gated.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{labelled_data, run_ok};
-use biased_judge::{Bias, BiasedJudge};
+use crate::common::judge::{Bias, JudgeServer};
+use crate::common::run_ok;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
@@ -137,7 +134,7 @@ fn f(v: &Value, judge: &str, figure: &str) -> f64 {
 
 #[test]
 fn a_length_biased_judge_shows_the_correlation_within_each_class() {
-    let judge = BiasedJudge::start(Bias::Length { full_words: 60 });
+    let judge = JudgeServer::biased(Bias::Length { full_words: 60 });
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, traces(200).join("\n")).unwrap();
@@ -155,9 +152,7 @@ fn a_length_biased_judge_shows_the_correlation_within_each_class() {
     assert_eq!(f(&a, "llm", "position_flip_share"), 0.0);
     assert_eq!(f(&a, "llm", "position_mean_abs_change"), 0.0);
     assert_eq!(
-        judge
-            .faithfulness_requests
-            .load(std::sync::atomic::Ordering::SeqCst),
+        judge.faithfulness_requests(),
         400,
         "each labelled trace judged twice"
     );
@@ -199,7 +194,7 @@ fn a_length_biased_judge_shows_the_correlation_within_each_class() {
 
 #[test]
 fn an_order_biased_judge_shows_the_flips() {
-    let judge = BiasedJudge::start(Bias::Order {
+    let judge = JudgeServer::biased(Bias::Order {
         marker: MARKER.into(),
     });
     let dir = tempfile::tempdir().unwrap();
@@ -232,9 +227,11 @@ fn an_order_biased_judge_shows_the_flips() {
 
 /// The development set: the offline judge, and the LLM judge played by the stand-in that follows
 /// the human labels with 10 % disagreement and random scores (so re-judging alone moves them).
+/// Built with the `data` tier only.
+#[cfg(feature = "data")]
 #[test]
 fn the_development_set_audit() {
-    let data = labelled_data("ragtruth_qa_train.jsonl");
+    let data = crate::common::labelled_data("ragtruth_qa_train.jsonl");
     let text = std::fs::read_to_string(&data).unwrap();
     let labels: Vec<(String, bool)> = text
         .lines()
@@ -246,7 +243,7 @@ fn the_development_set_audit() {
             )
         })
         .collect();
-    let judge = label_judge::LabelJudge::start(labels, 7);
+    let judge = JudgeServer::following_labels(labels, 7);
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &judge.base_url());
     let out = dir.path().join("audit.json");

@@ -1,5 +1,6 @@
-//! The command line as a user meets it: check-config, a bad config, replay on the bundled sample,
-//! and `run` on the bundled sample serving metrics that pass promtool, then SIGTERM and exit 0.
+//! The command line as a user meets it: check-config (every bundled config, the config shipped to
+//! the cluster), a bad config, replay on the bundled sample, and `run` on the bundled sample serving
+//! metrics (promtool checks them in the `prometheus` tier), then SIGTERM and exit 0.
 
 use std::process::Command;
 use std::time::Duration;
@@ -152,7 +153,7 @@ fn run_on_the_bundled_sample_serves_metrics_and_drains_on_sigterm() {
     );
     assert!(m.sum("ragwatch_refusals_total", &[("stratum", "out_of_scope")]) > 0.0);
     assert_eq!(m.sum("ragwatch_build_info", &[]), 1.0);
-    promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+    promtool_check_metrics_in_tier(&rw.scrape().unwrap());
     rw.sigterm();
     let status = rw.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
@@ -236,6 +237,20 @@ fn retrieval_score_buckets_follow_the_declared_scale() {
             assert_eq!(bucket(&m, "2-3", "2"), 0.0);
             assert_eq!(bucket(&m, "2-3", "4"), 20.0);
         }
-        promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
+        promtool_check_metrics_in_tier(&rw.scrape().unwrap());
     }
+}
+
+#[test]
+fn the_config_shipped_to_the_cluster_is_accepted_by_ragwatch() {
+    let path = repo().join("deploy/kubernetes/base/ragwatch.toml");
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .env("RAGWATCH__KAFKA__BROKERS", "kafka:9092"),
+    );
+    let effective = String::from_utf8_lossy(&out.stdout);
+    assert!(effective.contains("sampled = \"llm\""), "{effective}");
+    assert!(effective.contains("format = \"json\""), "{effective}");
 }

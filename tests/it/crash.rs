@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::openai::{FakeOpenAi, Fault};
+use crate::common::judge::{Fault, JudgeServer};
 use crate::common::*;
 use rand::RngExt;
 
@@ -64,7 +64,7 @@ fn show(d: Option<Duration>) -> String {
 
 #[test]
 fn kill_9_in_a_loop_loses_nothing() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     // Every judge call takes 10 ms: about 130 traces a second with 4 workers, so no run of a few
     // seconds finishes the topic and every kill lands mid-stream with judge work in flight.
     server.set_always(Some(Fault::Delay(Duration::from_millis(10))));

@@ -4,7 +4,7 @@
 //! `config/llm.toml` (with the LLM judge on the sample) run with only the window lengths shortened,
 //! through the real pipeline (decoder, stratifier, offline judge, sampler, recorder, evaluator).
 //! The LLM judge is a stand-in whose verdicts follow the human labels with noise; the scenario
-//! through real Prometheus and Alertmanager is in `tests/it/alerts.rs`.
+//! through real Prometheus and Alertmanager is in `tests/it/alerts/`.
 //!
 //! Checked: a 90 % -> 50 % drop is flagged within 60 s; 90 % -> 75 % within 5 minutes; the stable
 //! stratum never holds a flag for a whole short window, nor does any stratum in six 30-minute

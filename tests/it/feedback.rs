@@ -6,45 +6,14 @@
 //! rule pools equals the one ragwatch computes in process (and the one the scraped buckets give),
 //! and none of the feedback counts as a faithfulness label.
 
-use crate::common::prometheus::{query, start_prometheus, test_rules};
+use crate::common::prometheus::{Killed, query, start_prometheus, test_rules};
 use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// The AUROC of the feedback buckets on `/metrics` (positive above negative), the rule's formula
-/// written again here.
-fn auroc_from_scrape(m: &Samples, judge: &str, stratum: &str) -> Option<f64> {
-    let mut buckets: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
-    for (name, labels, v) in &m.0 {
-        if name != "ragwatch_feedback_scores_total"
-            || labels["judge"] != judge
-            || labels["stratum"] != stratum
-        {
-            continue;
-        }
-        let le: f64 = labels["bucket"].parse().unwrap();
-        let at = buckets
-            .entry(format!("{le:08.4}"))
-            .or_insert((le, 0.0, 0.0));
-        if labels["feedback"] == "positive" {
-            at.1 += v;
-        } else {
-            at.2 += v;
-        }
-    }
-    let (pos, neg) = buckets
-        .values()
-        .fold((0.0, 0.0), |a, b| (a.0 + b.1, a.1 + b.2));
-    let mut cum = 0.0;
-    let mut u = 0.0;
-    for (_, p, n) in buckets.values() {
-        cum += n;
-        u += p * (cum - n / 2.0);
-    }
-    (pos > 0.0 && neg > 0.0).then(|| u / (pos * neg))
-}
+use serde_json::{Value, json};
 
 /// A small deterministic generator (splitmix64), for the feedback draws.
 struct Draw(u64);
@@ -59,31 +28,39 @@ impl Draw {
     }
 }
 
-#[test]
-fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir().unwrap();
-    let traces = gen_traces(
-        600,
-        &[
-            "--seed",
-            "23",
-            "--unfaithful-share",
-            "0.35",
-            "--prefix",
-            "fb",
-        ],
-    );
-    // Each trace's feedback: negative with probability 0.75 when the answer restates a number its
-    // contexts do not hold (unfaithful), 0.15 otherwise; as a kind, or a rating (1-2 negative, 4-5
-    // positive). Every 4th trace carries it in its metadata, the rest are posted; every 10th also
-    // gets an undeclared kind, counted as `other` and left out of the AUROC.
+/// The traffic with its feedback: the traces' lines (every 4th carrying its feedback in its
+/// metadata), the feedback posted for the rest, and the counts the test expects.
+#[derive(Default)]
+struct Feedback {
+    body: Vec<u8>,
+    posted: String,
+    negative: usize,
+    positive: usize,
+    unfaithful_negative: usize,
+    unfaithful: usize,
+}
+
+/// A feedback event, negative or not, as a kind or a rating (1-2 negative, 4-5 positive).
+fn event(negative: bool, pick: f64) -> Value {
+    match (negative, pick) {
+        (true, p) if p < 0.4 => json!({"kind": "thumbs_down"}),
+        (true, p) if p < 0.55 => json!({"kind": "escalation"}),
+        (true, p) if p < 0.7 => json!({"kind": "regenerate"}),
+        (true, p) => json!({"kind": "rating", "value": if p < 0.85 { 1 } else { 2 }}),
+        (false, p) if p < 0.6 => json!({"kind": "thumbs_up"}),
+        (false, p) => json!({"kind": "rating", "value": if p < 0.8 { 4 } else { 5 }}),
+    }
+}
+
+/// Each trace's feedback: negative with probability 0.75 when the answer restates a number its
+/// contexts do not hold (unfaithful), 0.15 otherwise; as a kind, or a rating. Every 4th trace
+/// carries it in its metadata, the rest are posted; every 10th also gets an undeclared kind,
+/// counted as `other` and left out of the AUROC.
+fn feedback(traces: &[(String, Vec<u8>)]) -> Feedback {
     let mut draw = Draw(23);
-    let mut body = Vec::new();
-    let mut posted = String::new();
-    let (mut negative, mut positive, mut unfaithful_negative, mut unfaithful) = (0, 0, 0, 0);
+    let mut f = Feedback::default();
     for (i, (id, line)) in traces.iter().enumerate() {
-        let mut v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        let mut v: Value = serde_json::from_slice(line).unwrap();
         let answer = v["answer"].as_str().unwrap_or_default().to_owned();
         let contexts = v["contexts"].to_string();
         let faithful = answer
@@ -91,51 +68,42 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
             .filter(|n| !n.is_empty())
             .all(|n| contexts.contains(n));
         let neg = draw.next() < if faithful { 0.15 } else { 0.75 };
-        let pick = draw.next();
-        let event = match (neg, pick) {
-            (true, p) if p < 0.4 => serde_json::json!({"kind": "thumbs_down"}),
-            (true, p) if p < 0.55 => serde_json::json!({"kind": "escalation"}),
-            (true, p) if p < 0.7 => serde_json::json!({"kind": "regenerate"}),
-            (true, p) => {
-                serde_json::json!({"kind": "rating", "value": if p < 0.85 { 1 } else { 2 }})
-            }
-            (false, p) if p < 0.6 => serde_json::json!({"kind": "thumbs_up"}),
-            (false, p) => {
-                serde_json::json!({"kind": "rating", "value": if p < 0.8 { 4 } else { 5 }})
-            }
-        };
+        let event = event(neg, draw.next());
         if neg {
-            negative += 1;
+            f.negative += 1;
         } else {
-            positive += 1;
+            f.positive += 1;
         }
         if !faithful {
-            unfaithful += 1;
-            unfaithful_negative += usize::from(neg);
+            f.unfaithful += 1;
+            f.unfaithful_negative += usize::from(neg);
         }
         if i % 4 == 0 {
-            v["metadata"]["feedback"] = serde_json::json!([event]);
+            v["metadata"]["feedback"] = json!([event]);
         } else {
             let mut e = event;
-            e["trace_id"] = serde_json::json!(id);
+            e["trace_id"] = json!(id);
             // A `faithful` beside a `kind` is ignored: feedback is never a faithfulness label.
-            e["faithful"] = serde_json::json!(true);
-            posted.push_str(&e.to_string());
-            posted.push('\n');
+            e["faithful"] = json!(true);
+            f.posted.push_str(&e.to_string());
+            f.posted.push('\n');
         }
         if i % 10 == 0 {
-            posted.push_str(&format!(
+            f.posted.push_str(&format!(
                 "{{\"trace_id\": \"{id}\", \"kind\": \"shared\"}}\n"
             ));
         }
-        body.extend_from_slice(v.to_string().as_bytes());
-        body.push(b'\n');
+        f.body.extend_from_slice(v.to_string().as_bytes());
+        f.body.push(b'\n');
     }
-    assert!(unfaithful > 100, "{unfaithful} unfaithful answers");
-    let file = dir.path().join("traces.jsonl");
-    std::fs::write(&file, body).unwrap();
+    f
+}
+
+/// ragwatch reading `file` once, feedback on (from the metadata and posted), and Prometheus
+/// scraping it every second with the tests' rules.
+fn start(dir: &Path, file: &Path) -> (Ragwatch, u16, Killed) {
     let rw = Ragwatch::start(
-        &root.join("config/ragwatch.toml"),
+        &repo().join("config/ragwatch.toml"),
         &[
             ("RAGWATCH__SOURCE__PATH", file.display().to_string()),
             ("RAGWATCH__SOURCE__RATE_PER_SEC", "0".into()),
@@ -159,7 +127,7 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         ],
     );
     std::fs::write(
-        dir.path().join("prometheus.yml"),
+        dir.join("prometheus.yml"),
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
              scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
@@ -168,81 +136,69 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
         ),
     )
     .unwrap();
-    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
-    let (prom, _prom) = start_prometheus(dir.path(), &[]);
-    wait_for("the traces to be read", Duration::from_secs(60), || {
-        let m = rw.metrics()?;
-        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
-    });
-    wait_for(
-        "three scrapes of the feedback series",
-        Duration::from_secs(30),
-        || {
-            let q = "min(count_over_time(ragwatch_feedback_score_ratio_bucket[1m]))";
-            let rows = query(prom, q)?;
-            let scrapes: f64 = rows.first()?["value"][1].as_str()?.parse().ok()?;
-            (scrapes >= 3.0).then_some(())
-        },
-    );
-    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &posted);
-    assert_eq!(code, 200, "{reply}");
-    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
-    assert_eq!(reply["invalid"], 0, "{reply}");
-    assert_eq!(reply["unknown_trace"], 0, "{reply}");
-    let m = rw.metrics().unwrap();
-    // Feedback is not a label: no label was joined or compared with a judge.
+    std::fs::write(dir.join("rules.yaml"), test_rules()).unwrap();
+    let (prom, guard) = start_prometheus(dir, &[]);
+    (rw, prom, guard)
+}
+
+/// Feedback is not a label: no label was joined or compared with a judge; the polarities and the
+/// undeclared kinds are counted.
+fn assert_feedback_counted(m: &Samples, f: &Feedback, traces: usize) {
     assert_eq!(m.sum("ragwatch_labels_total", &[]), 0.0);
     assert_eq!(m.sum("ragwatch_label_agreement_total", &[]), 0.0);
-    assert_eq!(
-        m.sum(
-            "ragwatch_feedback_polarity_total",
-            &[("polarity", "negative")]
-        ),
-        negative as f64
-    );
-    assert_eq!(
-        m.sum(
-            "ragwatch_feedback_polarity_total",
-            &[("polarity", "positive")]
-        ),
-        positive as f64
-    );
+    let polarity = |p: &str| m.sum("ragwatch_feedback_polarity_total", &[("polarity", p)]);
+    assert_eq!(polarity("negative"), f.negative as f64);
+    assert_eq!(polarity("positive"), f.positive as f64);
     assert_eq!(
         m.sum("ragwatch_feedback_total", &[("kind", "other")]),
-        traces.len().div_ceil(10) as f64
+        traces.div_ceil(10) as f64
     );
-    let in_process = |m: &Samples| -> BTreeMap<String, f64> {
-        m.0.iter()
-            .filter(|(n, l, _)| n == "ragwatch_feedback_auroc_ratio" && l["judge"] == "offline")
-            .map(|(_, l, v)| (l["stratum"].clone(), *v))
-            .collect()
-    };
-    // Every stratum with feedback of both polarities, from the scraped buckets.
+}
+
+/// The AUROC of every stratum with feedback of both polarities, from the scraped buckets.
+fn scraped_auroc(m: &Samples) -> BTreeMap<String, f64> {
     let strata: std::collections::BTreeSet<String> =
         m.0.iter()
             .filter(|(n, _, v)| n == "ragwatch_feedback_scores_total" && *v > 0.0)
             .map(|(_, l, _)| l["stratum"].clone())
             .collect();
-    let with_both: Vec<String> = strata
+    strata
         .into_iter()
-        .filter(|s| auroc_from_scrape(&m, "offline", s).is_some())
-        .collect();
-    // The scraped buckets' AUROC is final once the POST returned; the in-process figure follows at
-    // the evaluator's next pass (every second) and then equals it.
-    let scraped: BTreeMap<String, f64> = with_both
-        .iter()
-        .map(|s| (s.clone(), auroc_from_scrape(&m, "offline", s).unwrap()))
-        .collect();
-    let expected = wait_for("the in-process AUROC", Duration::from_secs(10), || {
-        let e = in_process(&rw.metrics()?);
+        .filter_map(|s| {
+            let auroc = m.auroc(
+                "ragwatch_feedback_scores_total",
+                ("feedback", "positive"),
+                "offline",
+                &s,
+            )?;
+            Some((s, auroc))
+        })
+        .collect()
+}
+
+/// The in-process figures by stratum, once they equal the scraped buckets' (at the evaluator's
+/// next pass, every second).
+fn in_process_auroc(rw: &Ragwatch, scraped: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    wait_for("the in-process AUROC", Duration::from_secs(10), || {
+        let e: BTreeMap<String, f64> = rw
+            .metrics()?
+            .0
+            .iter()
+            .filter(|(n, l, _)| n == "ragwatch_feedback_auroc_ratio" && l["judge"] == "offline")
+            .map(|(_, l, v)| (l["stratum"].clone(), *v))
+            .collect();
         (e.len() == scraped.len()
             && scraped
                 .iter()
                 .all(|(k, want)| e.get(k).is_some_and(|got| (got - want).abs() < 1e-9)))
         .then_some(e)
-    });
+    })
+}
+
+/// The rule by stratum, polled until it agrees with `expected` or 30 s pass.
+fn rule_auroc(prom: u16, expected: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let from_rule = loop {
+    loop {
         let rule: BTreeMap<String, f64> =
             query(prom, "ragwatch:feedback_auroc:ratio_1h{judge=\"offline\"}")
                 .unwrap()
@@ -259,15 +215,65 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
                 .iter()
                 .all(|(k, want)| rule.get(k).is_some_and(|got| (got - want).abs() < 0.01));
         if agrees || std::time::Instant::now() > deadline {
-            break rule;
+            return rule;
         }
         std::thread::sleep(Duration::from_millis(200));
-    };
+    }
+}
+
+#[test]
+fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = gen_traces(
+        600,
+        &[
+            "--seed",
+            "23",
+            "--unfaithful-share",
+            "0.35",
+            "--prefix",
+            "fb",
+        ],
+    );
+    let f = feedback(&traces);
+    assert!(f.unfaithful > 100, "{} unfaithful answers", f.unfaithful);
+    let file = dir.path().join("traces.jsonl");
+    std::fs::write(&file, &f.body).unwrap();
+    let (rw, prom, _prom) = start(dir.path(), &file);
+    wait_for("the traces to be read", Duration::from_secs(60), || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
+    });
+    wait_for(
+        "three scrapes of the feedback series",
+        Duration::from_secs(30),
+        || {
+            let q = "min(count_over_time(ragwatch_feedback_score_ratio_bucket[1m]))";
+            let rows = query(prom, q)?;
+            let scrapes: f64 = rows.first()?["value"][1].as_str()?.parse().ok()?;
+            (scrapes >= 3.0).then_some(())
+        },
+    );
+    let (code, reply) = http_post(rw.write_addr(), "/v1/labels", &f.posted);
+    assert_eq!(code, 200, "{reply}");
+    let reply: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["invalid"], 0, "{reply}");
+    assert_eq!(reply["unknown_trace"], 0, "{reply}");
+    let m = rw.metrics().unwrap();
+    assert_feedback_counted(&m, &f, traces.len());
+    // The scraped buckets' AUROC is final once the POST returned.
+    let scraped = scraped_auroc(&m);
+    let expected = in_process_auroc(&rw, &scraped);
+    let from_rule = rule_auroc(prom, &expected);
     let negative_rate = query(prom, "ragwatch:feedback_negative:ratio_1h").unwrap();
     eprintln!(
         "feedback AUROC (offline judge): in process {expected:?}, rule {from_rule:?}; \
-         {negative} negative, {positive} positive, {unfaithful_negative} of {unfaithful} unfaithful answers negative; \
+         {} negative, {} positive, {} of {} unfaithful answers negative; \
          negative per trace {:?}",
+        f.negative,
+        f.positive,
+        f.unfaithful_negative,
+        f.unfaithful,
         negative_rate
             .iter()
             .map(|r| (r["metric"]["stratum"].clone(), r["value"][1].clone()))

@@ -3,7 +3,7 @@
 //!
 //! Each replica is `ragwatch run` with `source.kind = "otlp"`, the LLM judge on every trace
 //! (`judge.sampled = "llm"`, `sample.default_rate = 1.0`) against the loopback OpenAI stand-in
-//! (`common/openai.rs`, which logs every billed request with its arrival time), a `[budget]` whose
+//! (`common/judge/`, which logs every billed request with its arrival time), a `[budget]` whose
 //! tokens per minute bind, and `fleet.peers = "peers.ragwatch.test"` refreshed every second. Peer
 //! discovery is real: each replica runs in a mount namespace of its own (`unshare -m`) with a
 //! hosts file of the test's bind-mounted over `/etc/hosts`, so the resolver (getaddrinfo, through
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::openai::FakeOpenAi;
+use crate::common::judge::JudgeServer;
 use crate::common::{Ragwatch, WRITE_TOKEN, wait_for};
 use serde_json::json;
 
@@ -139,7 +139,7 @@ fn start_replica(n: u8, config: &Path, hosts: &Hosts) -> Replica {
     Replica { n, rw, write }
 }
 
-fn config(dir: &Path, server: &FakeOpenAi) -> PathBuf {
+fn config(dir: &Path, server: &JudgeServer) -> PathBuf {
     let path = dir.join("ragwatch.toml");
     std::fs::write(
         &path,
@@ -269,7 +269,7 @@ fn wait_for_shares(replicas: &[&Replica], timeout: Duration) -> Vec<(u8, f64, f6
 }
 
 /// Billed tokens and requests per minute in `[from, to)`, from the stand-in's log.
-fn per_minute(server: &FakeOpenAi, from: Instant, to: Instant) -> (f64, f64, u64) {
+fn per_minute(server: &JudgeServer, from: Instant, to: Instant) -> (f64, f64, u64) {
     let billing = server.billing();
     let inside: Vec<_> = billing
         .iter()
@@ -285,7 +285,7 @@ fn per_minute(server: &FakeOpenAi, from: Instant, to: Instant) -> (f64, f64, u64
 }
 
 /// Waits `settle`, measures `MEASURE`, checks the figures and the shares; returns a report line.
-fn phase(name: &str, server: &FakeOpenAi, replicas: &[&Replica], settle: Duration) -> String {
+fn phase(name: &str, server: &JudgeServer, replicas: &[&Replica], settle: Duration) -> String {
     let began = Instant::now();
     std::thread::sleep(settle);
     let shares = wait_for_shares(replicas, Duration::from_secs(10));
@@ -343,7 +343,7 @@ fn replicas_found_through_dns_spend_the_fleets_budget_together() {
     std::fs::write(&hosts.0, "").unwrap();
     check_namespaces(&hosts);
     hosts.list(&[]);
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let config = config(dir.path(), &server);
 
     // Three replicas; the hosts file lists them once all three listen, as their readiness comes.

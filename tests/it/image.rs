@@ -10,7 +10,7 @@
 //! ~/.cache/ragwatch/image-base/, named after its recipe; buildah's storage is a temporary
 //! directory of the test's own, removed at the end with every image and container in it.
 
-use crate::common::dockerfile::Dockerfile;
+use crate::common::dockerfile::{Dockerfile, Stage};
 use crate::common::{Samples, http_get, run_ok, spawn_on_free_port, wait_for};
 
 use std::collections::HashMap;
@@ -198,13 +198,9 @@ fn build_context() -> tempfile::TempDir {
     context
 }
 
-#[test]
-fn the_image_builds_on_the_binary_and_runs_its_default_command() {
-    let dockerfile = Dockerfile::read(&root().join("deploy/Dockerfile"));
-    let runtime = dockerfile.runtime();
-    let buildah = Buildah::new();
-
-    // The base, named as the build's RUNTIME_BASE.
+/// The base, named as the build's RUNTIME_BASE: bootstrapped (or taken from the cache) and
+/// imported. Its name, the tarball, whether it was bootstrapped, and the two times.
+fn import_base(buildah: &Buildah) -> (String, PathBuf, bool, Duration, Duration) {
     let started = Instant::now();
     let (tarball, bootstrapped) = base_tarball();
     let base_time = started.elapsed();
@@ -213,12 +209,12 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
     let container = buildah.ok(&["from", "scratch"]);
     buildah.ok(&["add", &container, tarball.to_str().unwrap(), "/"]);
     buildah.ok(&["commit", "--quiet", "--rm", &container, &base]);
-    let import_time = started.elapsed();
+    (base, tarball, bootstrapped, base_time, started.elapsed())
+}
 
-    // The Dockerfile's runtime stage on the binary under test.
-    let context = build_context();
+/// The Dockerfile's runtime stage built on the binary under test in `context`, on `base`.
+fn build_image(buildah: &Buildah, base: &str, context: &Path) -> String {
     let image = format!("localhost/ragwatch:{}-test", env!("CARGO_PKG_VERSION"));
-    let started = Instant::now();
     let runtime_base = format!("RUNTIME_BASE={base}");
     buildah.ok(&[
         "bud",
@@ -232,56 +228,48 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
         root().join("deploy/Dockerfile").to_str().unwrap(),
         "-t",
         &image,
-        context.path().to_str().unwrap(),
+        context.to_str().unwrap(),
     ]);
-    let build_time = started.elapsed();
+    image
+}
 
-    // The image's config is what the Dockerfile's runtime stage says.
+/// The image's config is what the Dockerfile's runtime stage says: user, entrypoint and command,
+/// the exposed port, which is the one the baked config's admin listener binds.
+fn assert_config_is_the_dockerfiles(buildah: &Buildah, image: &str, runtime: &Stage) {
     let inspect: Value =
-        serde_json::from_str(&buildah.ok(&["inspect", "--type", "image", &image])).unwrap();
+        serde_json::from_str(&buildah.ok(&["inspect", "--type", "image", image])).unwrap();
     let config = &inspect["OCIv1"]["config"];
     let user = runtime.last("USER").unwrap();
     assert_eq!(config["User"], user, "{config}");
     assert_eq!(user.split(':').next(), Some("65532"));
-    let entrypoint = runtime.exec_form("ENTRYPOINT");
-    let cmd = runtime.exec_form("CMD");
     assert_eq!(
         config["Entrypoint"],
-        serde_json::json!(entrypoint),
+        serde_json::json!(runtime.exec_form("ENTRYPOINT")),
         "{config}"
     );
-    assert_eq!(config["Cmd"], serde_json::json!(cmd), "{config}");
+    assert_eq!(
+        config["Cmd"],
+        serde_json::json!(runtime.exec_form("CMD")),
+        "{config}"
+    );
     let expose = runtime.last("EXPOSE").unwrap();
     let ports: Vec<&String> = config["ExposedPorts"].as_object().unwrap().keys().collect();
     assert_eq!(ports, [&format!("{expose}/tcp")], "{config}");
-    // The port exposed is the one the baked config's admin listener binds.
     let baked = std::fs::read_to_string(root().join("deploy/image/ragwatch.toml")).unwrap();
     let baked: toml::Table = toml::from_str(&baked).unwrap();
     let listen = baked["http"]["listen"].as_str().unwrap();
     assert!(listen.ends_with(&format!(":{expose}")), "{listen}");
+}
 
-    // The binary inside answers with the crate's version.
-    let started = Instant::now();
-    let container = buildah.ok(&["from", &image]);
-    let version = buildah.ok(&[
-        "run",
-        "--isolation",
-        "chroot",
-        &container,
-        "--",
-        &entrypoint[0],
-        "--version",
-    ]);
-    assert_eq!(
-        version,
-        format!("ragwatch {}", env!("CARGO_PKG_VERSION")),
-        "ragwatch --version in the image"
-    );
-
-    // The default command, as the image's config names it. chroot isolation shares the host's
-    // network, so the admin listener moves to a free loopback port.
-    let log = context.path().join("ragwatch.log");
-    let command: Vec<String> = entrypoint.iter().chain(&cmd).cloned().collect();
+/// The default command, as the image's config names it, in `container`. chroot isolation shares
+/// the host's network, so the admin listener moves to a free loopback port. Returns once it
+/// replayed sample traces: the process and how many.
+fn run_default_command(
+    buildah: &Buildah,
+    container: &str,
+    command: &[String],
+    log: &Path,
+) -> (Running, f64) {
     let (port, child) = spawn_on_free_port(
         "ragwatch in the image",
         Duration::from_secs(60),
@@ -290,11 +278,11 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
                 .command()
                 .args(["run", "--isolation", "chroot", "--env"])
                 .arg(format!("RAGWATCH__HTTP__LISTEN=127.0.0.1:{port}"))
-                .arg(&container)
+                .arg(container)
                 .arg("--")
-                .args(&command)
+                .args(command)
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
+                .stderr(std::fs::File::create(log).unwrap())
                 .spawn()
                 .unwrap()
         },
@@ -303,7 +291,6 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
                 .is_some_and(|(code, _)| code == 200)
         },
     );
-    let mut running = Running(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let received = wait_for(
         "the sample traces to be replayed",
@@ -314,9 +301,12 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
             (n > 0.0).then_some(n)
         },
     );
+    (Running(child), received)
+}
 
-    // ragwatch itself runs as the image's user; SIGTERM to it ends the run cleanly, and buildah
-    // passes its exit status on.
+/// ragwatch itself runs as the image's user; SIGTERM to it ends the run cleanly, and buildah
+/// passes its exit status on.
+fn stop_as_the_images_user(running: &mut Running, log: &Path) {
     let (pid, _) = descendants(running.0.id())
         .into_iter()
         .find(|(_, comm)| comm == "ragwatch")
@@ -332,8 +322,48 @@ fn the_image_builds_on_the_binary_and_runs_its_default_command() {
     let exit = wait_for("ragwatch to stop", Duration::from_secs(30), || {
         running.0.try_wait().unwrap()
     });
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(exit.success(), "{exit}: {log_text}");
+}
+
+#[test]
+fn the_image_builds_on_the_binary_and_runs_its_default_command() {
+    let dockerfile = Dockerfile::read(&root().join("deploy/Dockerfile"));
+    let runtime = dockerfile.runtime();
+    let buildah = Buildah::new();
+    let (base, tarball, bootstrapped, base_time, import_time) = import_base(&buildah);
+    let context = build_context();
+    let started = Instant::now();
+    let image = build_image(&buildah, &base, context.path());
+    let build_time = started.elapsed();
+    assert_config_is_the_dockerfiles(&buildah, &image, runtime);
+
+    // The binary inside answers with the crate's version.
+    let started = Instant::now();
+    let container = buildah.ok(&["from", &image]);
+    let entrypoint = runtime.exec_form("ENTRYPOINT");
+    let version = buildah.ok(&[
+        "run",
+        "--isolation",
+        "chroot",
+        &container,
+        "--",
+        &entrypoint[0],
+        "--version",
+    ]);
+    assert_eq!(
+        version,
+        format!("ragwatch {}", env!("CARGO_PKG_VERSION")),
+        "ragwatch --version in the image"
+    );
+    let log = context.path().join("ragwatch.log");
+    let command: Vec<String> = entrypoint
+        .iter()
+        .chain(&runtime.exec_form("CMD"))
+        .cloned()
+        .collect();
+    let (mut running, received) = run_default_command(&buildah, &container, &command, &log);
+    stop_as_the_images_user(&mut running, &log);
     let run_time = started.elapsed();
 
     eprintln!(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::openai::FakeOpenAi;
+use crate::common::judge::JudgeServer;
 use crate::common::prometheus::{WINDOWS, query, start_prometheus, test_rules};
 use crate::common::{Ragwatch, gen_traces, wait_for};
 
@@ -50,7 +50,7 @@ const INSTALLS: [Install; 3] = [
     },
 ];
 
-fn start(dir: &Path, i: usize, install: &Install, judge: &FakeOpenAi) -> Ragwatch {
+fn start(dir: &Path, i: usize, install: &Install, judge: &JudgeServer) -> Ragwatch {
     let mut args = vec!["--strata", "head,tail", "--unfaithful-share", "0"];
     if install.degraded {
         args.extend(["--bad-strata", "head"]);
@@ -115,7 +115,7 @@ fn key(cluster: &str, job: &str, stratum: &str) -> (String, String, String) {
 #[test]
 fn installs_and_clusters_pool_page_and_go_absent_apart() {
     let dir = tempfile::tempdir().unwrap();
-    let judge = FakeOpenAi::start();
+    let judge = JudgeServer::start();
     let mut processes: Vec<Option<Ragwatch>> = INSTALLS
         .iter()
         .enumerate()

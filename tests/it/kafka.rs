@@ -19,30 +19,9 @@ fn declared_or_other(stratum: &str) -> &str {
     }
 }
 
-#[test]
-fn strata_counts_are_exact_and_poison_never_blocks() {
-    let broker = Broker::start();
-    let topic = unique("strata");
-    broker.create_topic(&topic, 3);
-
-    let mut messages = gen_traces(
-        300,
-        &[
-            "--seed",
-            "11",
-            "--strata",
-            "head,tail,known_failure,out_of_scope,mystery",
-        ],
-    );
-    let mut expected: HashMap<String, f64> = HashMap::new();
-    for (_, json) in &messages {
-        let v: serde_json::Value = serde_json::from_slice(json).unwrap();
-        *expected
-            .entry(declared_or_other(v["stratum"].as_str().unwrap()).to_owned())
-            .or_default() += 1.0;
-    }
-    // Poison, keyed so it lands between good traces on every partition.
-    let poison: Vec<(&str, Vec<u8>)> = vec![
+/// Poison of every kind, each with the reason it is rejected for.
+fn poison() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
         ("invalid_json", b"{not json".to_vec()),
         (
             "truncated",
@@ -70,9 +49,36 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
             )
             .into_bytes(),
         ),
-    ];
+    ]
+}
+
+/// 300 generated traces over four declared strata and one undeclared, with poison keyed so it
+/// lands between good traces on every partition: the messages, the traces expected per stratum
+/// (the undeclared one as `other`) and the rejections expected per reason.
+#[allow(clippy::type_complexity)]
+fn traffic() -> (
+    Vec<(String, Vec<u8>)>,
+    HashMap<String, f64>,
+    HashMap<&'static str, f64>,
+) {
+    let mut messages = gen_traces(
+        300,
+        &[
+            "--seed",
+            "11",
+            "--strata",
+            "head,tail,known_failure,out_of_scope,mystery",
+        ],
+    );
+    let mut expected: HashMap<String, f64> = HashMap::new();
+    for (_, json) in &messages {
+        let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+        *expected
+            .entry(declared_or_other(v["stratum"].as_str().unwrap()).to_owned())
+            .or_default() += 1.0;
+    }
     let mut rejects: HashMap<&str, f64> = HashMap::new();
-    for (i, (reason, payload)) in poison.iter().enumerate() {
+    for (i, (reason, payload)) in poison().into_iter().enumerate() {
         for k in 0..3 {
             messages.insert(
                 20 + i * 30 + k,
@@ -81,6 +87,57 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
             *rejects.entry(reason).or_default() += 1.0;
         }
     }
+    (messages, expected, rejects)
+}
+
+/// Every decoded trace got an offline verdict; histograms count what was scored; every generated
+/// trace carries three scored contexts: one top-rank score each.
+fn assert_every_trace_scored(m: &Samples) {
+    assert_eq!(
+        m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
+        300.0
+    );
+    assert_eq!(
+        m.sum("ragwatch_retrieval_score_count", &[("rank", "1")]),
+        300.0
+    );
+    assert_eq!(m.sum("ragwatch_contexts_retrieved_sum", &[]), 900.0);
+    let scored = m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]);
+    let no_claims = m.sum("ragwatch_no_claims_total", &[("judge", "offline")]);
+    assert_eq!(scored + no_claims, 300.0);
+}
+
+/// Lag reaches zero on every partition once all is read, and the window gauges come up.
+fn wait_lag_zero_and_windows(rw: &Ragwatch) {
+    wait_for("lag gauges at zero", Duration::from_secs(30), || {
+        let m = rw.metrics()?;
+        let lags: Vec<f64> =
+            m.0.iter()
+                .filter(|s| s.0 == "ragwatch_kafka_consumer_lag_messages")
+                .map(|s| s.2)
+                .collect();
+        (lags.len() == 3 && lags.iter().all(|&l| l == 0.0)).then_some(())
+    });
+    wait_for("window gauges", Duration::from_secs(10), || {
+        let m = rw.metrics()?;
+        (m.sum(
+            "ragwatch_window_samples",
+            &[
+                ("metric", "faithfulness"),
+                ("stratum", "head"),
+                ("window", "5m"),
+            ],
+        ) > 0.0)
+            .then_some(())
+    });
+}
+
+#[test]
+fn strata_counts_are_exact_and_poison_never_blocks() {
+    let broker = Broker::start();
+    let topic = unique("strata");
+    broker.create_topic(&topic, 3);
+    let (messages, expected, rejects) = traffic();
     produce(&broker.brokers(), &topic, &messages);
 
     let rw = Ragwatch::start(
@@ -107,43 +164,9 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
             "reason {reason}"
         );
     }
-    // Every decoded trace got an offline verdict; histograms count what was scored.
-    assert_eq!(
-        m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
-        300.0
-    );
-    // Every generated trace carries three scored contexts: one top-rank score each.
-    assert_eq!(
-        m.sum("ragwatch_retrieval_score_count", &[("rank", "1")]),
-        300.0
-    );
-    assert_eq!(m.sum("ragwatch_contexts_retrieved_sum", &[]), 900.0);
-    let scored = m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "offline")]);
-    let no_claims = m.sum("ragwatch_no_claims_total", &[("judge", "offline")]);
-    assert_eq!(scored + no_claims, 300.0);
-
-    // Lag reaches zero on every partition once all is read, and the scrape passes promtool.
-    wait_for("lag gauges at zero", Duration::from_secs(30), || {
-        let m = rw.metrics()?;
-        let lags: Vec<f64> =
-            m.0.iter()
-                .filter(|s| s.0 == "ragwatch_kafka_consumer_lag_messages")
-                .map(|s| s.2)
-                .collect();
-        (lags.len() == 3 && lags.iter().all(|&l| l == 0.0)).then_some(())
-    });
-    wait_for("window gauges", Duration::from_secs(10), || {
-        let m = rw.metrics()?;
-        (m.sum(
-            "ragwatch_window_samples",
-            &[
-                ("metric", "faithfulness"),
-                ("stratum", "head"),
-                ("window", "5m"),
-            ],
-        ) > 0.0)
-            .then_some(())
-    });
+    assert_every_trace_scored(&m);
+    // The scrape passes promtool once all is read.
+    wait_lag_zero_and_windows(&rw);
     promtool_check_metrics(&rw.scrape().unwrap()).unwrap();
     assert_eq!(http_get(rw.addr, "/livez").unwrap().0, 200);
     assert_eq!(http_get(rw.addr, "/readyz").unwrap().0, 200);

@@ -1,39 +1,37 @@
-//! The LLM judge against a real HTTP server on loopback that speaks the OpenAI API
-//! (tests/it/common/openai.rs): correct scores on known cases in every structured-output mode, the
+//! The LLM judge through `ragwatch replay --judge llm` against the judge stand-in on loopback
+//! (tests/it/common/judge/): correct scores on known cases in every structured-output mode, the
 //! `auto` fallback chain, partial verdicts, the re-ask of a malformed reply, every embedding shape,
-//! 429 with Retry-After, 500s, timeouts, truncated output, replay pacing to the budget and the
-//! budget never exceeded at the server, and end-to-end runs through `ragwatch run` with the Kafka
-//! source.
+//! 429 with Retry-After, 500s, timeouts and truncated output. Pacing to the budget is in
+//! tests/it/llm_pacing.rs, the end-to-end runs with the Kafka source in tests/it/llm_live.rs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::openai::{EmbedFault, EmbedShape, FakeOpenAi, Fault};
+use crate::common::judge::{EmbedFault, EmbedShape, Fault, JudgeServer};
 use crate::common::*;
 use serde_json::{Value, json};
 
 const CTX: &str = "The museum opens at 9 and closes at 5. Entry is free for children.";
 
-fn trace(id: &str, answer: &str) -> String {
+pub(crate) fn trace(id: &str, answer: &str) -> String {
     json!({"trace_id": id, "query": "When does the museum open?", "contexts": [CTX], "answer": answer, "stratum": "head"}).to_string()
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    config: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) config: PathBuf,
     records: PathBuf,
 }
 
 /// A config for `server` with `extra` [llm] keys. Unless `extra` names one, the structured-output
 /// mode is fixed to `json_schema`, so scripted faults meet the calls they are meant for (`auto`
 /// sends a probe first).
-fn setup(server: &FakeOpenAi, extra: &str) -> Setup {
+pub(crate) fn setup(server: &JudgeServer, extra: &str) -> Setup {
     setup_with(server, 2, extra)
 }
 
-fn setup_with(server: &FakeOpenAi, workers: usize, extra: &str) -> Setup {
+pub(crate) fn setup_with(server: &JudgeServer, workers: usize, extra: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let records = dir.path().join("records.jsonl");
     let config = dir.path().join("ragwatch.toml");
@@ -61,7 +59,7 @@ fn setup_with(server: &FakeOpenAi, workers: usize, extra: &str) -> Setup {
 }
 
 /// Runs `ragwatch replay --judge llm` on `lines`; returns the verdict records and stderr.
-fn replay(setup: &Setup, lines: &[String]) -> (Vec<Value>, String) {
+pub(crate) fn replay(setup: &Setup, lines: &[String]) -> (Vec<Value>, String) {
     let input = setup.dir.path().join("in.jsonl");
     std::fs::write(&input, lines.join("\n")).unwrap();
     let out = run_ok(
@@ -82,7 +80,7 @@ fn replay(setup: &Setup, lines: &[String]) -> (Vec<Value>, String) {
 }
 
 /// The verdict records file (one JSON line per judged or failed trace).
-fn records_file(setup: &Setup) -> Vec<Value> {
+pub(crate) fn records_file(setup: &Setup) -> Vec<Value> {
     std::fs::read_to_string(&setup.records)
         .unwrap_or_default()
         .lines()
@@ -142,7 +140,7 @@ fn assert_known_cases(records: &[Value], what: &str) {
 
 #[test]
 fn known_cases_score_correctly_in_every_mode_and_records_keep_raw_output() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let mut tokens = Vec::new();
     for (form, mode, sent) in [
         ("one_call", "json_schema", "json_schema"),
@@ -230,7 +228,7 @@ fn auto_falls_back_to_the_first_mode_the_server_takes() {
             "none",
         ),
     ] {
-        let server = FakeOpenAi::start();
+        let server = JudgeServer::start();
         server.refuse_formats(&refused, status);
         let s = setup(&server, "structured_output = \"auto\"");
         let (records, stderr) = replay(&s, &known_cases());
@@ -257,7 +255,7 @@ fn auto_falls_back_to_the_first_mode_the_server_takes() {
         );
     }
     // A fixed mode the server refuses is an http_error for every trace, never a silent fallback.
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     server.refuse_formats(&["json_schema"], 400);
     let s = setup(&server, "structured_output = \"json_schema\"");
     let (records, stderr) = replay(&s, &[trace("fixed", "The museum opens at 9.")]);
@@ -280,7 +278,7 @@ fn an_invalid_auxiliary_part_does_not_discard_the_verdict() {
         v["questions"][0] = json!({"question": "what?", "noncommittal": "perhaps"});
         v
     }
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let s = setup_with(&server, 1, "max_attempts = 1");
     let parts = |r: &Value| -> Vec<(String, String)> {
         r["details"]["details"]["part_failures"]
@@ -364,7 +362,7 @@ fn an_invalid_auxiliary_part_does_not_discard_the_verdict() {
 /// `parse_error`.
 #[test]
 fn a_malformed_reply_is_asked_again_once() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let s = setup_with(&server, 1, "max_attempts = 3");
     server.script([Fault::Malformed]);
     let (r, _) = replay(&s, &[trace("m1", "The museum opens at 9.")]);
@@ -418,7 +416,7 @@ fn a_malformed_reply_is_asked_again_once() {
 /// missing from a server's answers keeps the estimate charged and counts no tokens.
 #[test]
 fn every_embedding_shape_gives_the_same_relevancy() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let cases = known_cases();
     let relevancies = |records: &[Value]| -> Vec<Value> {
         records
@@ -471,7 +469,7 @@ fn every_embedding_shape_gives_the_same_relevancy() {
 
 #[test]
 fn retries_429_with_retry_after_and_500s() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let s = setup(&server, "");
     server.script([
         Fault::RateLimited {
@@ -499,7 +497,7 @@ fn retries_429_with_retry_after_and_500s() {
 
 #[test]
 fn failures_are_counted_by_reason_never_scored() {
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     // Malformed twice: parse_error. Truncated twice: truncated. Truncated once: retried larger, ok.
     let s = setup(&server, "max_attempts = 2\nmax_output_tokens = 100");
     server.script([Fault::Malformed, Fault::Malformed]);
@@ -546,547 +544,4 @@ fn failures_are_counted_by_reason_never_scored() {
         "the trace deadline bounds the wait"
     );
     server.set_always(None);
-}
-
-fn museum_traces(n: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            trace(
-                &format!("b{i}"),
-                &format!("The museum opens at 9. Entry is free for {i} children."),
-            )
-        })
-        .collect()
-}
-
-/// Replay waits for the per-minute budget instead of skipping: every trace is judged, and what the
-/// server billed stays within the tokens a minute allows over the run. Only the daily budget skips.
-#[test]
-fn replay_paces_to_the_minute_budget_and_skips_only_on_the_day() {
-    let server = FakeOpenAi::start();
-    let s = setup(
-        &server,
-        "max_output_tokens = 100\n[budget]\ntokens_per_minute = 3000\nrequests_per_minute = 1000\ntokens_per_day = 1000000",
-    );
-    let started = Instant::now();
-    let (records, _) = replay(&s, &museum_traces(7));
-    let elapsed_min = started.elapsed().as_secs_f64() / 60.0;
-    let judged = records.iter().filter(|r| r["status"] == "judged").count();
-    assert_eq!(judged, 7, "paced, not skipped: {records:?}");
-    let billed = server.tokens_billed() as f64;
-    eprintln!(
-        "paced: billed {billed} tokens in {:.1} s",
-        elapsed_min * 60.0
-    );
-    assert!(
-        billed > 3000.0,
-        "the run needed more than a minute's tokens ({billed}), so it had to wait"
-    );
-    let allowed = 3000.0 * (1.0 + elapsed_min);
-    assert!(billed <= allowed, "billed {billed} > allowed {allowed}");
-    let waited: u64 = records
-        .iter()
-        .map(|r| r["details"]["details"]["budget_wait_ms"].as_u64().unwrap())
-        .sum();
-    assert!(waited > 0);
-
-    // A day's budget for a few traces: the rest are skipped at once, by reason.
-    let server = FakeOpenAi::start();
-    let s = setup(
-        &server,
-        "max_output_tokens = 100\n[budget]\ntokens_per_minute = 100000\nrequests_per_minute = 1000\ntokens_per_day = 2500",
-    );
-    let started = Instant::now();
-    let (records, _) = replay(&s, &museum_traces(12));
-    let judged = records.iter().filter(|r| r["status"] == "judged").count();
-    let budget = records
-        .iter()
-        .filter(|r| r["reason"] == "budget_exhausted")
-        .count();
-    assert!(
-        judged > 0 && budget > 0,
-        "judged {judged}, over budget {budget}"
-    );
-    assert_eq!(judged + budget, 12, "every trace accounted for");
-    assert!(server.tokens_billed() <= 2500);
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "no waiting on the day"
-    );
-}
-
-/// Replay keeps `judge.workers` traces in flight: a slow trace holds one slot while the other goes
-/// on through the rest, rather than batches that each wait for their slowest; output stays in input
-/// order.
-#[test]
-fn replay_keeps_workers_in_flight_not_batches() {
-    let server = FakeOpenAi::start();
-    // Each slow trace takes two chat calls of 1.5 s.
-    *server.state.slow.lock().unwrap() = Some(("sluggish".into(), Duration::from_millis(1500)));
-    let s = setup_with(&server, 2, "");
-    let mut lines = museum_traces(10);
-    for i in [0, 2] {
-        lines[i] = trace(
-            &format!("b{i}"),
-            &format!("The museum opens at 9. A sluggish queue forms at {i}."),
-        );
-    }
-    let (records, _) = replay(&s, &lines);
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|r| r["trace_id"].as_str().unwrap())
-        .collect();
-    let expected: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
-    assert_eq!(ids, expected, "input order");
-    assert!(records.iter().all(|r| r["status"] == "judged"));
-    // In flight: the two slow traces (b0, b2) are served at once. In batches of two they fall in
-    // different batches (b0 b1, b2 b3) and never overlap.
-    assert_eq!(
-        server.state.slow_in_flight_max.load(Ordering::SeqCst),
-        2,
-        "both slow traces in flight together"
-    );
-}
-
-/// Seconds the budget needs for `requests` calls at `per_minute` (a minute's burst at once, then
-/// one every 60 / per_minute s), for the pacing checks.
-fn seconds_allowed(requests: f64, per_minute: f64) -> f64 {
-    (requests - per_minute).max(0.0) * 60.0 / per_minute
-}
-
-/// The issue's figure: `replay --judge llm --config config/llm.toml` on 200 traces against a fast
-/// stand-in judges all 200 (pacing, not skipping), with `judge.workers` calls in flight, in a wall
-/// time within 10 % of what the budget allows. The shipped 60 requests a minute make that about
-/// nine minutes (600 requests); the test scales the budget (requests and tokens alike) by five.
-/// `RAGWATCH_TEST_SHIPPED_BUDGET=1` runs it with the shipped budget untouched.
-#[test]
-fn replay_with_the_shipped_config_judges_every_trace_at_the_budget_pace() {
-    let server = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.jsonl");
-    let lines: Vec<String> = gen_traces(200, &["--seed", "41"])
-        .into_iter()
-        .map(|(_, l)| String::from_utf8(l).unwrap())
-        .collect();
-    std::fs::write(&input, lines.join("\n")).unwrap();
-    let shipped = std::env::var("RAGWATCH_TEST_SHIPPED_BUDGET").is_ok();
-    let rpm = if shipped { 60.0 } else { 300.0 };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ragwatch"));
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["replay", "--judge", "llm", "--config", "config/llm.toml"])
-        .arg(&input)
-        .env("RAGWATCH_LLM_API_KEY", "sk-test")
-        .env("RAGWATCH__LLM__BASE_URL", server.base_url());
-    if !shipped {
-        cmd.env("RAGWATCH__BUDGET__REQUESTS_PER_MINUTE", "300")
-            .env("RAGWATCH__BUDGET__TOKENS_PER_MINUTE", "1000000");
-    }
-    let started = Instant::now();
-    let out = run_ok(&mut cmd);
-    let wall = started.elapsed().as_secs_f64();
-    let records: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(records.len(), 200);
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|r| r["trace_id"].as_str().unwrap())
-        .collect();
-    let expected: Vec<String> = lines
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["trace_id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    assert_eq!(ids, expected, "output in input order");
-    let judged = records
-        .iter()
-        .filter(|r| r["status"] == "judged" || r["status"] == "no_claims")
-        .count();
-    assert_eq!(
-        judged,
-        200,
-        "every trace judged: {:?}",
-        records.iter().find(|r| r["status"] == "skipped")
-    );
-    let requests = (server.chat_requests() + server.embedding_requests()) as f64;
-    let allowed = seconds_allowed(requests, rpm);
-    eprintln!(
-        "MEASURED pacing: {requests} requests at {rpm}/min: allowed {allowed:.1} s, wall {wall:.1} s ({:+.1} %)",
-        (wall / allowed - 1.0) * 100.0
-    );
-    assert!(
-        wall >= allowed * 0.98 && wall <= allowed * 1.10,
-        "wall {wall:.1} s against {allowed:.1} s allowed"
-    );
-}
-
-#[test]
-fn run_with_kafka_and_the_llm_judge_end_to_end() {
-    let server = FakeOpenAi::start();
-    let broker = Broker::start();
-    let topic = unique("llm");
-    broker.create_topic(&topic, 2);
-    let traces = gen_traces(60, &["--seed", "8"]);
-    produce(&broker.brokers(), &topic, &traces);
-    // Canaries: two labelled right, one mislabelled, so the judge agrees on two of three.
-    let canary_dir = tempfile::tempdir().unwrap();
-    let canaries = canary_dir.path().join("canaries.jsonl");
-    let labelled = |id: &str, answer: &str, label: bool| {
-        let mut v: Value = serde_json::from_str(&trace(id, answer)).unwrap();
-        v["label_faithful"] = json!(label);
-        v.to_string()
-    };
-    std::fs::write(
-        &canaries,
-        [
-            labelled("c1", "The museum opens at 9 every morning.", true),
-            labelled(
-                "c2",
-                "The museum sells sandwiches and souvenirs daily.",
-                false,
-            ),
-            labelled("c3", "The museum closes at 5 every evening.", false),
-        ]
-        .join("\n"),
-    )
-    .unwrap();
-    let records_topic = unique("verdicts");
-    broker.create_topic(&records_topic, 1);
-    // llama-cpp-python's answer to a JSON schema: `auto` settles on json_object with a schema.
-    server.refuse_formats(&["json_schema"], 500);
-    // A few replies spoiled: a context list numbered from 0, a generated question without its flag.
-    fn spoil(mut v: Value) -> Value {
-        if let Some(contexts) = v["contexts"].as_array_mut() {
-            for c in contexts {
-                c["n"] = json!(c["n"].as_i64().unwrap() - 1);
-            }
-        }
-        if let Some(q) = v["questions"].as_array_mut().and_then(|q| q.first_mut()) {
-            *q = json!({"question": "what?"});
-        }
-        v
-    }
-    server.script(std::iter::repeat_n(Fault::Rewrite(spoil), 6));
-    let s = setup(
-        &server,
-        &format!(
-            "canary_path = \"{}\"\nrecords_topic = \"{records_topic}\"\nstructured_output = \"auto\"",
-            canaries.display()
-        ),
-    );
-    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
-    env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "1.0".into()));
-    env.push(("RAGWATCH_LLM_API_KEY", "sk-test-secret".into()));
-    let mut rw = Ragwatch::start(Path::new(&s.config), &env);
-    let m = wait_for("llm verdicts", Duration::from_secs(60), || {
-        let m = rw.metrics()?;
-        let done = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
-        (done >= 60.0).then_some(m)
-    });
-    let judged = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
-    // Five judged in full again (budget skips and partial verdicts are not cached): their
-    // verdicts come from the cache, counted as `cached`, not as calls.
-    let full: Vec<String> = records_file(&s)
-        .iter()
-        .filter(|r| {
-            r["status"] == "judged" && r["part_failures"].as_array().is_none_or(|p| p.is_empty())
-        })
-        .filter_map(|r| r["trace_id"].as_str().map(str::to_owned))
-        .collect();
-    let again: Vec<(String, Vec<u8>)> = traces
-        .iter()
-        .filter(|(_, payload)| {
-            let v: Value = serde_json::from_slice(payload).unwrap();
-            full.iter().any(|id| v["trace_id"] == id.as_str())
-        })
-        .take(5)
-        .cloned()
-        .collect();
-    assert_eq!(again.len(), 5, "{full:?}");
-    produce(&broker.brokers(), &topic, &again);
-    let after = wait_for("cached verdicts", Duration::from_secs(30), || {
-        let m = rw.metrics()?;
-        (m.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]) >= 5.0).then_some(m)
-    });
-    assert_eq!(
-        after.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
-            - after.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]),
-        judged,
-        "a cached verdict is not a call"
-    );
-    assert!(m.sum("ragwatch_faithfulness_ratio_count", &[("judge", "llm")]) > 0.0);
-    assert!(
-        m.sum(
-            "ragwatch_context_relevance_ratio_count",
-            &[("judge", "llm")]
-        ) > 0.0,
-        "the LLM judge's context relevance reaches the histograms"
-    );
-    assert!(m.sum("ragwatch_judge_tokens_total", &[("judge", "llm")]) > 0.0);
-    assert_eq!(
-        m.sum("ragwatch_budget_share_ratio", &[]),
-        1.0,
-        "one replica holds every partition"
-    );
-    let text = rw.scrape().unwrap();
-    assert!(!text.contains("NaN"), "no NaN on /metrics");
-    promtool_check_metrics(&text).unwrap();
-    // The mode `auto` found is exported, and is the judge identity from the start: no `auto`
-    // series on judge_info.
-    assert_eq!(
-        m.sum(
-            "ragwatch_judge_structured_output_info",
-            &[("mode", "json_object_schema")]
-        ),
-        1.0
-    );
-    let info: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("ragwatch_judge_info{"))
-        .collect();
-    assert_eq!(info.len(), 1, "{info:?}");
-    assert!(
-        info[0].contains("judge-2026-01-01+embed-1@rw-3/one_call+ctx/json_object_schema\""),
-        "{info:?}"
-    );
-    assert!(
-        m.sum("ragwatch_judge_part_failures_total", &[("judge", "llm")]) >= 1.0,
-        "spoiled parts are counted, the verdicts kept"
-    );
-    assert!(
-        m.sum(
-            "ragwatch_judge_retries_total",
-            &[("reason", "format_fallback")]
-        ) >= 1.0
-    );
-    rw.sigterm();
-    assert!(rw.wait_exit(Duration::from_secs(30)).success());
-    assert!(!rw.log_text().contains("sk-test-secret"));
-    // Every verdict record was also published to the records topic, without the key.
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::Message;
-    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", broker.brokers())
-        .set("group.id", unique("reader"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    consumer.subscribe(&[&records_topic]).unwrap();
-    let mut ids = std::collections::HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ids.len() < 60 && Instant::now() < deadline {
-        if let Some(Ok(msg)) = consumer.poll(Duration::from_millis(200)) {
-            let text = std::str::from_utf8(msg.payload().unwrap()).unwrap();
-            assert!(!text.contains("sk-test-secret"));
-            let v: Value = serde_json::from_str(text).unwrap();
-            let id = v["trace_id"].as_str().unwrap();
-            if !id.starts_with('c') {
-                ids.insert(id.to_owned());
-            }
-        }
-    }
-    assert_eq!(ids.len(), 60, "a record per judged trace on the topic");
-}
-
-/// Measures (and prints, for docs/performance.md) tokens per judged trace for both faithfulness
-/// forms and ragwatch's own CPU time per judged trace outside the API, on 200 generated ~2 KB
-/// traces. Asserts only what must hold: every trace judged, and one call cheaper than two.
-#[test]
-fn cost_per_judged_trace_for_both_forms() {
-    let server = FakeOpenAi::start();
-    let mut figures = Vec::new();
-    for mode in ["one_call", "two_call"] {
-        let s = setup(
-            &server,
-            &format!(
-                "faithfulness_mode = \"{mode}\"\ncache_capacity = 0\n[budget]\nrequests_per_minute = 1000000\ntokens_per_minute = 1000000000\ntokens_per_day = 10000000000"
-            ),
-        );
-        let input = s.dir.path().join("in.jsonl");
-        let lines: Vec<String> = gen_traces(200, &["--seed", "31", "--pad", "1500"])
-            .into_iter()
-            .map(|(_, l)| String::from_utf8(l).unwrap())
-            .collect();
-        std::fs::write(&input, lines.join("\n")).unwrap();
-        let before = server.tokens_billed();
-        let out = run_ok(
-            Command::new("python3")
-                .args(["-c", "import resource,subprocess,sys\nsubprocess.run(sys.argv[1:],check=True,stdout=open(sys.argv[-1]+'.out','w'),stderr=subprocess.DEVNULL)\nr=resource.getrusage(resource.RUSAGE_CHILDREN)\nprint(r.ru_utime+r.ru_stime)"])
-                .arg(env!("CARGO_BIN_EXE_ragwatch"))
-                .args(["replay", "--judge", "llm", "--config"])
-                .arg(&s.config)
-                .arg(&input),
-        );
-        let cpu: f64 = String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let verdicts = std::fs::read_to_string(format!("{}.out", input.display())).unwrap();
-        let judged = verdicts
-            .lines()
-            .filter(|l| {
-                l.contains("\"status\":\"judged\"") || l.contains("\"status\":\"no_claims\"")
-            })
-            .count();
-        assert!(judged >= 190, "{mode}: judged {judged} of 200");
-        let tokens = (server.tokens_billed() - before) as f64 / judged as f64;
-        figures.push((mode, tokens, cpu * 1000.0 / judged as f64));
-    }
-    eprintln!("MEASURED tokens/trace and CPU ms/trace: {figures:?}");
-    assert!(figures[0].1 < figures[1].1);
-}
-
-/// The judge API goes down for a minute under steady Kafka traffic: every connection to it is reset.
-/// The consumer keeps up (the offline judge scores everything), every sampled trace is accounted for
-/// as judged or skipped with a reason, judging resumes when the API returns, the budget holds, and
-/// SIGTERM still exits within the grace period.
-#[test]
-fn an_api_down_for_a_minute_under_live_traffic() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let server = FakeOpenAi::start();
-    let broker = Broker::start();
-    let topic = unique("outage");
-    broker.create_topic(&topic, 2);
-    let s = setup(
-        &server,
-        "max_attempts = 3\nbackoff_max_ms = 500\n[budget]\ntokens_per_minute = 60000\nrequests_per_minute = 600",
-    );
-    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
-    env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "0.05".into()));
-    env.push(("RAGWATCH__JUDGE__QUEUE_CAPACITY", "16".into()));
-    env.push(("RAGWATCH__SHUTDOWN__GRACE_SECS", "5".into()));
-    env.push(("RAGWATCH_LLM_API_KEY", "sk-test".into()));
-    let mut rw = Ragwatch::start(Path::new(&s.config), &env);
-    let started = Instant::now();
-
-    // Steady traffic: 40 traces a second until told to stop.
-    let produced = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (produced, stop, brokers, topic) = (
-            Arc::clone(&produced),
-            Arc::clone(&stop),
-            broker.brokers(),
-            topic.clone(),
-        );
-        std::thread::spawn(move || {
-            let traces = gen_traces(6000, &["--seed", "51"]);
-            for chunk in traces.chunks(20) {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                produce(&brokers, &topic, chunk);
-                produced.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                // The stream's pace: traces keep arriving through the outage.
-                std::thread::sleep(Duration::from_millis(500));
-            }
-        })
-    };
-    let metric = |name: &str, labels: &[(&str, &str)]| {
-        rw.metrics().map(|m| m.sum(name, labels)).unwrap_or(0.0)
-    };
-    let keeps_up = |what: &str| {
-        let behind =
-            produced.load(Ordering::Relaxed) as f64 - metric("ragwatch_traces_received_total", &[]);
-        assert!(behind < 400.0, "{what}: {behind} traces behind");
-        assert_eq!(http_get(rw.addr, "/livez").map(|r| r.0), Some(200));
-    };
-    wait_for(
-        "llm verdicts while healthy",
-        Duration::from_secs(60),
-        || (metric("ragwatch_traces_judged_total", &[("judge", "llm")]) >= 10.0).then_some(()),
-    );
-
-    server.set_down(true);
-    let skipped_before = metric(
-        "ragwatch_traces_skipped_total",
-        &[("reason", "judge_error")],
-    );
-    // The outage lasts until its effects are all seen (at most a minute), the consumer checked
-    // every second meanwhile.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-        keeps_up("API down");
-        let skipped = metric(
-            "ragwatch_traces_skipped_total",
-            &[("reason", "judge_error")],
-        );
-        let failed = metric(
-            "ragwatch_judge_requests_total",
-            &[("outcome", "http_error")],
-        ) + metric("ragwatch_judge_requests_total", &[("outcome", "timeout")]);
-        let resets = server.state.connection_resets.load(Ordering::SeqCst);
-        if (skipped > skipped_before + 10.0 && failed > 10.0 && resets > 0)
-            || std::time::Instant::now() > deadline
-        {
-            break;
-        }
-    }
-    let judged_down = metric("ragwatch_traces_judged_total", &[("judge", "llm")]);
-    let skipped_down = metric(
-        "ragwatch_traces_skipped_total",
-        &[("reason", "judge_error")],
-    );
-    assert!(
-        skipped_down > skipped_before + 10.0,
-        "sampled traces are skipped with reason judge_error while the API is down"
-    );
-    assert!(server.state.connection_resets.load(Ordering::SeqCst) > 0);
-    let failed = metric(
-        "ragwatch_judge_requests_total",
-        &[("outcome", "http_error")],
-    ) + metric("ragwatch_judge_requests_total", &[("outcome", "timeout")]);
-    assert!(failed > 10.0, "failures counted by outcome: {failed}");
-
-    server.set_down(false);
-    wait_for("judging to resume", Duration::from_secs(60), || {
-        (metric("ragwatch_traces_judged_total", &[("judge", "llm")]) > judged_down + 10.0)
-            .then_some(())
-    });
-    keeps_up("API back");
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    let total = produced.load(Ordering::Relaxed) as f64;
-    wait_for("every trace read", Duration::from_secs(60), || {
-        (metric("ragwatch_traces_received_total", &[]) >= total).then_some(())
-    });
-    // Every sampled trace was judged or skipped with a reason: nothing vanished.
-    let m = wait_for("the judge queue to drain", Duration::from_secs(60), || {
-        let m = rw.metrics()?;
-        (m.sum("ragwatch_judge_queue_depth", &[]) == 0.0
-            && m.sum("ragwatch_traces_sampled_total", &[])
-                == m.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
-                    + m.sum("ragwatch_traces_skipped_total", &[("reason", "queue_full")]))
-        .then_some(m)
-    });
-    let text = rw.scrape().unwrap();
-    assert!(!text.contains("NaN"));
-    // The budget held at the server: 60,000 tokens a minute, plus one minute's burst.
-    let minutes = started.elapsed().as_secs_f64() / 60.0;
-    assert!(
-        server.tokens_billed() as f64 <= 60_000.0 * (minutes + 1.0),
-        "billed {} over {minutes:.1} min",
-        server.tokens_billed()
-    );
-    eprintln!(
-        "MEASURED outage: {total} traces, sampled {}, judged {}, skipped {:?}, resets {}",
-        m.sum("ragwatch_traces_sampled_total", &[]),
-        m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]),
-        ["judge_error", "queue_full", "budget"]
-            .map(|r| m.sum("ragwatch_traces_skipped_total", &[("reason", r)])),
-        server.state.connection_resets.load(Ordering::SeqCst)
-    );
-    let t = Instant::now();
-    rw.sigterm();
-    assert!(rw.wait_exit(Duration::from_secs(15)).success());
-    eprintln!("exited {:?} after SIGTERM", t.elapsed());
 }

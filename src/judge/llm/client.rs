@@ -756,23 +756,11 @@ mod tests {
         );
     }
 
+    /// `xs` as little-endian f32s in standard base64, as a server sends `encoding_format = "base64"`.
     fn base64_of(xs: &[f32]) -> String {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        use base64::Engine;
         let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let mut s = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-            for i in 0..=chunk.len() {
-                s.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        while !s.len().is_multiple_of(4) {
-            s.push('=');
-        }
-        s
+        base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
     #[test]

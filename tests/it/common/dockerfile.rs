@@ -1,5 +1,5 @@
 //! deploy/Dockerfile, read without a container engine: its global build arguments, its stages and
-//! their instructions, for the checks of tests/it/deploy.rs and the image that tests/it/image.rs
+//! their instructions, for the checks of tests/it/image_recipe.rs and the image that tests/it/image.rs
 //! builds.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
-//! Checks of rendered Kubernetes manifests, shared by the kustomize overlays (tests/it/deploy.rs) and
-//! the Helm chart (tests/it/helm.rs): schema validation and tests/check_manifests.py.
+//! Checks of rendered Kubernetes manifests, shared by the kustomize overlays (tests/it/deploy/) and
+//! the Helm chart (tests/it/helm/): schema validation and tests/check_manifests.py.
 //!
 //! Used as `#[path = "common/manifests.rs"] mod manifests;` beside `mod common;`.
 

@@ -4,14 +4,13 @@
 
 #![allow(dead_code)]
 
-pub mod biased_judge;
 pub mod dockerfile;
-pub mod label_judge;
+pub mod judge;
 pub mod manifests;
-pub mod openai;
 pub mod prometheus;
 pub mod ragtruth;
 pub mod rollout;
+pub mod sink;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -73,6 +72,11 @@ pub fn spawn_on_free_port(
         }
     }
     panic!("{what} exited on five ports in a row");
+}
+
+/// The repository's root: the crate's manifest directory.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
@@ -626,6 +630,51 @@ impl Samples {
     }
 }
 
+impl Samples {
+    /// The AUROC of the per-bucket counters of `family` for `judge` and `stratum`, the recording
+    /// rules' formula written again here: `sum_b pos_b * (neg_cum_b - neg_b / 2) / (pos * neg)`,
+    /// the positive class the samples whose `class` label is `positive`. `None` without both
+    /// classes.
+    pub fn auroc(
+        &self,
+        family: &str,
+        (class, positive): (&str, &str),
+        judge: &str,
+        stratum: &str,
+    ) -> Option<f64> {
+        let mut buckets: Vec<(f64, f64, f64)> = Vec::new();
+        for (name, labels, v) in &self.0 {
+            if name != family || labels["judge"] != judge || labels["stratum"] != stratum {
+                continue;
+            }
+            let le: f64 = labels["bucket"].parse().unwrap();
+            let at = match buckets.iter().position(|b| b.0 == le) {
+                Some(i) => i,
+                None => {
+                    buckets.push((le, 0.0, 0.0));
+                    buckets.len() - 1
+                }
+            };
+            if labels[class] == positive {
+                buckets[at].1 += v;
+            } else {
+                buckets[at].2 += v;
+            }
+        }
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (pos, neg): (f64, f64) = buckets
+            .iter()
+            .fold((0.0, 0.0), |a, b| (a.0 + b.1, a.1 + b.2));
+        let mut cum = 0.0;
+        let mut u = 0.0;
+        for (_, p, n) in &buckets {
+            cum += n;
+            u += p * (cum - n / 2.0);
+        }
+        (pos > 0.0 && neg > 0.0).then(|| u / (pos * neg))
+    }
+}
+
 /// Runs `cmd` with `input` on its stdin and collects its output.
 pub fn pipe(cmd: &mut Command, input: &str) -> std::process::Output {
     let mut child = cmd
@@ -641,6 +690,16 @@ pub fn pipe(cmd: &mut Command, input: &str) -> std::process::Output {
         .write_all(input.as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// `promtool check metrics` on `text`, where the `prometheus` tier is built: a suite of the plain
+/// tier checks its scrapes' format with promtool only in that tier's run, and everything else it
+/// proves in every run.
+pub fn promtool_check_metrics_in_tier(text: &str) {
+    #[cfg(feature = "prometheus")]
+    promtool_check_metrics(text).unwrap();
+    #[cfg(not(feature = "prometheus"))]
+    let _ = text;
 }
 
 /// Runs promtool check metrics on `text`; returns its output on failure.

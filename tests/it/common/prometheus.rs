@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{http_get, spawn_on_free_port};
+use crate::common::{http_get, spawn_on_free_port, wait_for};
 
 /// ragwatch's windows in the tests that run the rules in a real Prometheus: short, middle,
 /// baseline (seconds). The baseline is shortened less than the rest (24h is 288 short windows;
@@ -93,6 +93,40 @@ pub fn start_prometheus(dir: &Path, extra: &[&str]) -> (u16, Killed) {
         },
         &dir.join("prometheus.log"),
     )
+}
+
+/// Loads `rules` into the Prometheus on `port` (`process`, started on `dir/prometheus.yml` with an
+/// empty `dir/rules.yaml`) once it scrapes ragwatch, as in a cluster where Prometheus has been
+/// running: right after its start, Prometheus evaluates rules for up to 5 s before service
+/// discovery hands it its first target, and an absence alert would fire. Writes the rules, sends
+/// SIGHUP (Prometheus reloads its configuration and rule files), and returns once its rules API
+/// lists `marker`.
+pub fn load_rules_after_first_scrape(
+    dir: &Path,
+    port: u16,
+    process: &Killed,
+    rules: &str,
+    marker: &str,
+) {
+    wait_for(
+        "Prometheus to scrape ragwatch",
+        Duration::from_secs(30),
+        || (!query(port, "up{job=\"ragwatch\"} == 1")?.is_empty()).then_some(()),
+    );
+    std::fs::write(dir.join("rules.yaml"), rules).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &process.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_for(
+        "Prometheus to load the rules",
+        Duration::from_secs(30),
+        || {
+            let (code, body) = http_get(([127, 0, 0, 1], port).into(), "/api/v1/rules")?;
+            (code == 200 && body.contains(marker)).then_some(())
+        },
+    );
 }
 
 pub fn urlencode(s: &str) -> String {
