@@ -427,7 +427,7 @@ fn run_with_the_classifier_as_prediction(n: usize, queue: usize) -> crate::commo
             v["label_faithful"].as_bool().unwrap(),
         )
     });
-    let judge = crate::common::label_judge::LabelJudge::start(labels, 11);
+    let judge = crate::common::judge::JudgeServer::following_labels(labels, 11);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("traces.jsonl");
     let lines: Vec<String> = traces
