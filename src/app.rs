@@ -277,7 +277,11 @@ async fn sampled_judge(
         SampledJudge::None => None,
         SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
         SampledJudge::Llm => {
-            let judge = Arc::new(LlmJudge::try_new(config, env, shared.metrics.clone())?);
+            let judge = Arc::new(LlmJudge::try_new(
+                config.llm_setup(env),
+                env,
+                shared.metrics.clone(),
+            )?);
             // The budget is the fleet's: this replica's share before any call, canaries included.
             judge.budget().set_share(fleet.share_rx().current());
             // Other replicas may be spending: no minute's worth at once.

@@ -40,7 +40,7 @@
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
 //! config                               TOML, overrides, validate(); sections in <component>/config.rs
-//! dimensions, clock                    the bounded label values (metric, judge, stratum); the wall clock
+//! section, dimensions, clock           what sections are built from (problems, defaults); the bounded label values; the wall clock
 //! ```
 //! A new judge metric: a variant of [`dimensions::Quality`] with its row in `Quality::spec` (histogram
 //! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
@@ -53,6 +53,8 @@
 //! - [`dimensions`]: the bounded sets Prometheus labels take their values from: quality metric,
 //!   judge, stratum, skip reason. ("Labels" elsewhere are human labels: `[labels]`, `/v1/labels`.)
 //! - `clock`: the wall clock, read in one place.
+//! - [`section`]: what every config section is built from: the problems its check adds to (and
+//!   [`section::problems::ConfigError`]), serde defaults and the label check.
 //! - [`config`]: composes the sections into one [`config::Config`]: TOML, `RAGWATCH__SECTION__KEY`
 //!   overrides, `validate()` reporting every problem at once. Each section's types, defaults and
 //!   own checks sit beside the component that reads them (`source/kafka/config.rs`,
@@ -84,7 +86,8 @@
 //!   whose answer was judged; bounded queues, batches, retries, a flush at shutdown.
 //! - [`recorder`]: where verdicts become numbers (the live judge audit's length sums and
 //!   same-family count too); the evaluator that exports windows and drift.
-//! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool.
+//! - [`pipeline`]: one message from bytes to the recorder, never blocking the source; the judge pool
+//!   and, with the classifier as the combined estimate's prediction, the classifier stage.
 //! - [`fleet`]: fleet membership (`[fleet]`): this replica's share of the judge budget, sent on a
 //!   watch channel by the Kafka source (its partitions), the peer watcher (the ready replicas a
 //!   headless Service resolves to) or the config (a fixed number of replicas), and followed by the
@@ -121,6 +124,7 @@ pub mod replay;
 pub mod review;
 pub mod rules;
 pub mod sample;
+pub mod section;
 pub mod source;
 pub mod trace;
 pub mod window;

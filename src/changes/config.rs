@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::fields::valid_label;
-use crate::config::problems::Problems;
+use crate::section::fields::valid_label;
+use crate::section::problems::Problems;
 
 /// The source of contexts whose raw value is not declared.
 pub const OTHER_SOURCE: &str = "other";
@@ -61,7 +61,7 @@ pub struct ChangesConfig {
     pub rules: ChangeRules,
 }
 
-crate::config::fields::default_from_serde!(
+crate::section::fields::default_from_serde!(
     ChangesConfig,
     SourceConfig,
     NoveltyConfig,

@@ -14,13 +14,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) mod fields;
-pub(crate) mod problems;
+pub use crate::section::problems::{ConfigError, FieldProblem};
 
-pub use problems::{ConfigError, FieldProblem};
-
-use fields::default_from_serde;
-use problems::Problems;
+use crate::section::fields::default_from_serde;
+use crate::section::problems::Problems;
 
 use crate::audit::config::AuditConfig;
 use crate::changes::config::ChangesConfig;
@@ -299,6 +296,21 @@ impl Config {
                     return;
                 }
             }
+        }
+    }
+
+    /// What the LLM judge is built from: `[llm]`, `[budget]`, `[redact]`, and for a records topic
+    /// the Kafka client settings (`[kafka]`, with `env`'s secrets).
+    pub fn llm_setup(&self, env: &HashMap<String, String>) -> crate::judge::llm::LlmSetup<'_> {
+        crate::judge::llm::LlmSetup {
+            llm: &self.llm,
+            budget: &self.budget,
+            redact: &self.redact,
+            records_kafka: self
+                .llm
+                .records_topic
+                .as_ref()
+                .map(|_| self.kafka.client_config(env)),
         }
     }
 

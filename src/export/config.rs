@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// Verdict export: each judged trace's scores sent to where people read traces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// How this replica's share of the fleet's budget is found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,7 +40,7 @@ pub struct FleetConfig {
     pub peers_refresh_secs: u64,
 }
 
-crate::config::fields::default_from_serde!(FleetConfig);
+crate::section::fields::default_from_serde!(FleetConfig);
 
 fn default_membership() -> Membership {
     Membership::Auto

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The admin HTTP server: read-only (metrics and probes); writes go to `[write]`.
@@ -17,7 +17,7 @@ pub struct HttpConfig {
     pub port_file: Option<PathBuf>,
 }
 
-crate::config::fields::default_from_serde!(HttpConfig);
+crate::section::fields::default_from_serde!(HttpConfig);
 
 fn default_listen() -> String {
     "0.0.0.0:9464".into()

@@ -1,7 +1,7 @@
 //! The judges and their bounded work queue.
 
-use crate::config::problems::Problems;
 use crate::dimensions::JudgeKind;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Which judge scores the sample.
@@ -85,7 +85,7 @@ pub struct JudgeConfig {
     pub prediction: Prediction,
 }
 
-crate::config::fields::default_from_serde!(JudgeConfig);
+crate::section::fields::default_from_serde!(JudgeConfig);
 
 fn default_sampled_judge() -> SampledJudge {
     SampledJudge::None

@@ -1,6 +1,6 @@
 //! What the exported metrics measure on scales the config declares (`[metrics]`).
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The scale of the retriever's scores, which sets the buckets of `ragwatch_retrieval_score`.

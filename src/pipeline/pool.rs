@@ -281,8 +281,12 @@ mod tests {
         async fn start(toml: &str, jobs: Vec<JudgeJob>, grace: Duration) -> Drain {
             let config = Config::from_toml_with_env(toml, &HashMap::new()).unwrap();
             let shared = Shared::new(&config);
-            let judge =
-                LlmJudge::try_new(&config, &HashMap::new(), shared.metrics.clone()).unwrap();
+            let judge = LlmJudge::try_new(
+                config.llm_setup(&HashMap::new()),
+                &HashMap::new(),
+                shared.metrics.clone(),
+            )
+            .unwrap();
             let (jobs_tx, jobs_rx) = mpsc::channel(16);
             let (ack_tx, acks) = mpsc::unbounded_channel();
             for j in jobs {

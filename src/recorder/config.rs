@@ -1,6 +1,6 @@
 //! Human labels joined to recent traces (`[labels]`).
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// Human labels (reviewer verdicts, user feedback) joined to recent traces, for judge agreement.
@@ -127,7 +127,7 @@ fn default_feedback_kinds() -> std::collections::BTreeMap<String, Polarity> {
     .collect()
 }
 
-crate::config::fields::default_from_serde!(LabelsConfig);
+crate::section::fields::default_from_serde!(LabelsConfig);
 
 fn default_label_max_traces() -> usize {
     100_000

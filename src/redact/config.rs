@@ -1,7 +1,7 @@
 //! What is replaced in a trace's texts before they leave the process (`[redact]`).
 
-use crate::config::fields::valid_label;
-use crate::config::problems::Problems;
+use crate::section::fields::valid_label;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// How a redacted match is written.
@@ -45,7 +45,7 @@ pub struct RedactConfig {
     pub hash_key_env: String,
 }
 
-crate::config::fields::default_from_serde!(RedactConfig);
+crate::section::fields::default_from_serde!(RedactConfig);
 
 fn default_redact_builtins() -> Vec<String> {
     vec!["card".into(), "secret".into()]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// The review queue. Off by default.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,7 +57,7 @@ pub struct ReviewConfig {
     pub z: f64,
 }
 
-crate::config::fields::default_from_serde!(ReviewConfig);
+crate::section::fields::default_from_serde!(ReviewConfig);
 
 fn default_reviews_per_day() -> f64 {
     200.0

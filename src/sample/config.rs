@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::fields::valid_label;
-use crate::config::problems::Problems;
 use crate::dimensions::{DEFAULT_STRATUM, OTHER_STRATUM};
+use crate::section::fields::valid_label;
+use crate::section::problems::Problems;
 use crate::window::config::WindowsConfig;
 
 /// Strata declaration and assignment rules.
@@ -84,7 +84,7 @@ impl SampleConfig {
     }
 }
 
-crate::config::fields::default_from_serde!(StrataConfig, SampleConfig);
+crate::section::fields::default_from_serde!(StrataConfig, SampleConfig);
 
 fn default_declared() -> Vec<String> {
     vec![

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 /// The kind of trace source.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use crate::trace::otlp::config::{Preset, TraceFormat};
 
 /// Limits and field mapping for decoding.
@@ -53,7 +53,7 @@ pub struct MappingConfig {
     pub model: Option<String>,
 }
 
-crate::config::fields::default_from_serde!(DecodeConfig);
+crate::section::fields::default_from_serde!(DecodeConfig);
 
 fn default_max_message_bytes() -> usize {
     1 << 20

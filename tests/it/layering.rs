@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Layers from the bottom up; a module may use its own layer and the ones before it.
 const LAYERS: &[&[&str]] = &[
-    &["dimensions", "clock"],
+    &["section", "dimensions", "clock"],
     &["config"],
     &["trace", "redact"],
     &["eval", "audit"],

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// The write listener.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -137,7 +137,7 @@ fn default_max_clients() -> usize {
     10_000
 }
 
-crate::config::fields::default_from_serde!(
+crate::section::fields::default_from_serde!(
     WriteConfig,
     WriteAuthConfig,
     WriteTlsConfig,

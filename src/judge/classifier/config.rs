@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// The classifier judge.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,7 +83,7 @@ pub struct ServedConfig {
     pub batch_max: usize,
 }
 
-crate::config::fields::default_from_serde!(ClassifierConfig);
+crate::section::fields::default_from_serde!(ClassifierConfig);
 
 fn default_queue_capacity() -> usize {
     1024

@@ -663,12 +663,10 @@ mod tests {
     use crate::judge::llm::loopback::{Loopback, Reply};
 
     fn client(server: &Loopback, extra: &str) -> LlmClient {
-        let toml = format!(
-            "{}max_attempts = 10\nbackoff_base_ms = 100\nbackoff_max_ms = 1000\n{extra}",
-            server.llm_toml()
-        );
-        let config = crate::config::Config::from_toml_with_env(&toml, &Default::default()).unwrap();
-        LlmClient::try_new(&config.llm, None).unwrap()
+        let config = server.llm_config(&format!(
+            "max_attempts = 10\nbackoff_base_ms = 100\nbackoff_max_ms = 1000\n{extra}"
+        ));
+        LlmClient::try_new(&config, None).unwrap()
     }
 
     async fn embed(client: &LlmClient, deadline: Instant, tries: &mut Tries) -> LlmError {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::fields::default_true;
-use crate::config::problems::Problems;
+use crate::section::fields::default_true;
+use crate::section::problems::Problems;
 
 /// How faithfulness is asked of the LLM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,7 +172,7 @@ pub struct BudgetConfig {
     pub reserve_ratio: f64,
 }
 
-crate::config::fields::default_from_serde!(LlmConfig, BudgetConfig);
+crate::section::fields::default_from_serde!(LlmConfig, BudgetConfig);
 
 fn default_base_url() -> String {
     "https://api.openai.com/v1".into()

@@ -77,6 +77,12 @@ impl Loopback {
         )
     }
 
+    /// `[llm]` pointed at this server, with `extra` keys of the section.
+    pub(crate) fn llm_config(&self, extra: &str) -> crate::judge::llm::config::LlmConfig {
+        let section = self.llm_toml().replace("[llm]\n", "");
+        toml::from_str(&format!("{section}{extra}")).expect("a valid [llm] section")
+    }
+
     /// Requests received so far.
     pub(crate) fn requests(&self) -> usize {
         self.arrivals.lock().unwrap().len()

@@ -52,9 +52,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, PerQuality, Quality, Verdict, clean_score};
-use crate::config::Config;
 use crate::dimensions::JudgeOutcome;
-use crate::judge::llm::config::{FaithfulnessMode, LlmConfig, StructuredOutput};
+use crate::judge::llm::config::{BudgetConfig, FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::trace::Trace;
 use mode::{ModeState, Probe};
 use prompt::{ClaimsOutput, FaithfulnessOutput, Prompt};
@@ -231,29 +230,44 @@ pub(crate) fn api_key(
     Ok(None)
 }
 
+/// What the LLM judge is built from: its own sections and, when verdict records go to a Kafka
+/// topic, the Kafka client settings of its producer.
+#[derive(Debug, Clone)]
+pub struct LlmSetup<'a> {
+    /// `[llm]`.
+    pub llm: &'a LlmConfig,
+    /// `[budget]`.
+    pub budget: &'a BudgetConfig,
+    /// `[redact]`: what is masked before the API and in the records.
+    pub redact: &'a crate::redact::config::RedactConfig,
+    /// The Kafka client settings for `llm.records_topic` (the source's brokers and security).
+    pub records_kafka: Option<rdkafka::ClientConfig>,
+}
+
 impl LlmJudge {
     /// Builds the judge. The key comes from `env` or the key file; without one, requests go out
     /// unauthenticated (local vLLM, llama.cpp or Ollama servers).
     pub fn try_new(
-        config: &Config,
+        setup: LlmSetup<'_>,
         env: &HashMap<String, String>,
         observer: Arc<dyn LlmObserver>,
     ) -> Result<Self, LlmSetupError> {
-        let key = api_key(&config.llm, env)?;
-        let records = match &config.llm.records_path {
+        let LlmSetup {
+            llm,
+            budget,
+            redact,
+            records_kafka,
+        } = setup;
+        let key = api_key(llm, env)?;
+        let records = match &llm.records_path {
             Some(p) => Some(
-                super::records::RecordsFile::open(
-                    p,
-                    config.llm.records_max_bytes,
-                    config.llm.records_keep_files,
-                )
-                .map_err(|e| LlmSetupError::Io(p.display().to_string(), e))?,
+                super::records::RecordsFile::open(p, llm.records_max_bytes, llm.records_keep_files)
+                    .map_err(|e| LlmSetupError::Io(p.display().to_string(), e))?,
             ),
             None => None,
         };
-        let records_topic = match &config.llm.records_topic {
-            Some(topic) => {
-                let c = config.kafka.client_config(env);
+        let records_topic = match (&llm.records_topic, records_kafka) {
+            (Some(topic), Some(c)) => {
                 let producer = c.create().map_err(|e: rdkafka::error::KafkaError| {
                     LlmSetupError::Producer(e.to_string())
                 })?;
@@ -262,30 +276,27 @@ impl LlmJudge {
                     producer,
                 })
             }
-            None => None,
+            _ => None,
         };
-        let mode = ModeState::new(config.llm.structured_output);
+        let mode = ModeState::new(llm.structured_output);
         if mode.is_resolved() {
             observer.structured_output(mode.current());
         }
-        let redactor = crate::redact::Redactor::try_new(&config.redact, env)?;
+        let redactor = crate::redact::Redactor::try_new(redact, env)?;
         for name in redactor.names() {
             observer.redacted(name, 0);
         }
         Ok(Self {
             redactor,
             records_topic,
-            client: LlmClient::try_new(&config.llm, key)?,
-            config: config.llm.clone(),
-            budget: Arc::new(Budget::new(&config.budget)),
+            client: LlmClient::try_new(llm, key)?,
+            config: llm.clone(),
+            budget: Arc::new(Budget::new(budget)),
             admission: tokio::sync::Mutex::new(()),
             mode,
-            identity: Mutex::new(Self::model_id(&config.llm)),
+            identity: Mutex::new(Self::model_id(llm)),
             dimension: AtomicUsize::new(0),
-            cache: VerdictCache::new(
-                config.llm.cache_capacity,
-                Duration::from_secs(config.llm.cache_ttl_secs),
-            ),
+            cache: VerdictCache::new(llm.cache_capacity, Duration::from_secs(llm.cache_ttl_secs)),
             observer,
             records,
         })
@@ -876,16 +887,19 @@ mod tests {
     use loopback::{Loopback, Reply};
 
     fn judge(server: &Loopback, budget: &str) -> LlmJudge {
-        let config = Config::from_toml_with_env(
-            &format!(
-                "{}max_attempts = 1\n[budget]\n{budget}\n",
-                server.llm_toml()
-            ),
-            &HashMap::new(),
-        )
-        .unwrap();
-        let metrics = crate::recorder::Shared::new(&config).metrics;
-        LlmJudge::try_new(&config, &HashMap::new(), metrics).unwrap()
+        let llm = server.llm_config("max_attempts = 1\n");
+        let budget: BudgetConfig = toml::from_str(budget).unwrap();
+        let setup = LlmSetup {
+            llm: &llm,
+            budget: &budget,
+            redact: &Default::default(),
+            records_kafka: None,
+        };
+        let metrics = Arc::new(crate::metrics::Metrics::new(
+            &["default".to_owned()],
+            "judge",
+        ));
+        LlmJudge::try_new(setup, &HashMap::new(), metrics).unwrap()
     }
 
     /// The budget refuses before anything is sent: a call larger than a minute's tokens, and a

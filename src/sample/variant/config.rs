@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::fields::valid_label;
-use crate::config::problems::Problems;
+use crate::section::fields::valid_label;
+use crate::section::problems::Problems;
 
 /// The variant of traces whose value is not declared.
 pub const OTHER_VARIANT: &str = "other";

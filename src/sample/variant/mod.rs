@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn validation_names_every_problem() {
-        let mut p = crate::config::problems::Problems::default();
+        let mut p = crate::section::problems::Problems::default();
         config(
             r#"declared = ["stable", "other", "Bad"]
                baseline = "main"
@@ -186,7 +186,7 @@ mod tests {
         ] {
             assert!(text.contains(field), "{field} missing from {text}");
         }
-        let mut ok = crate::config::problems::Problems::default();
+        let mut ok = crate::section::problems::Problems::default();
         config(BASE).validate(&mut ok);
         assert!(format!("{ok:?}").matches("field").count() == 0, "{ok:?}");
     }

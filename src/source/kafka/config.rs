@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 
 /// Kafka consumer group settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ impl KafkaConfig {
     }
 }
 
-crate::config::fields::default_from_serde!(KafkaConfig);
+crate::section::fields::default_from_serde!(KafkaConfig);
 
 fn default_brokers() -> String {
     "127.0.0.1:9092".into()

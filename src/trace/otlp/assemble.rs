@@ -1031,19 +1031,6 @@ mod tests {
         assert_eq!(m["model"], "gpt-x");
         assert_eq!(a.pending_bytes(), 0);
 
-        // The variant reads the copied resource attribute.
-        let variants = crate::sample::variant::Variants::new(
-            &toml::from_str(
-                r#"declared = ["stable", "canary"]
-                   baseline = "stable"
-                   attributes = ["service.version"]
-                   map = { "v1.5.0" = "canary" }"#,
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(variants.name(variants.assign(t)), "canary");
-
         // Nothing is copied unless named.
         let mut plain = assembler(AssemblyConfig::default());
         let mut out = Vec::new();

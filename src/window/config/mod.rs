@@ -1,6 +1,6 @@
 //! Rolling windows (`[windows]`) and drift rules (`[drift]`: `DriftConfig`).
 
-use crate::config::problems::Problems;
+use crate::section::problems::Problems;
 use serde::{Deserialize, Serialize};
 
 mod drift;
@@ -35,7 +35,7 @@ pub struct WindowsConfig {
     pub page_llr: f64,
 }
 
-crate::config::fields::default_from_serde!(WindowsConfig);
+crate::section::fields::default_from_serde!(WindowsConfig);
 
 fn default_window_secs() -> Vec<u64> {
     vec![300, 3600, 86400]
