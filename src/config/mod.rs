@@ -678,3 +678,122 @@ mod audit_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fleet_tests {
+    //! `[fleet]` as a config file and the environment set it.
+    use std::collections::HashMap;
+
+    use super::Config;
+    use crate::fleet::config::Membership;
+
+    fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, String> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_toml_with_env(toml, &env).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn auto_is_partitions_with_kafka_then_peers_when_named_else_replicas() {
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.fleet.membership, Membership::Auto);
+        assert_eq!((c.fleet.replicas, c.fleet.peers_refresh_secs), (1, 10));
+        assert_eq!(c.fleet.resolved(false), Membership::Replicas);
+        let peers = load("[fleet]\npeers = \"ragwatch-peers\"\n", &[]).unwrap();
+        assert_eq!(peers.fleet.resolved(false), Membership::Peers);
+        assert_eq!(
+            peers.fleet.resolved(true),
+            Membership::Partitions,
+            "a Kafka replica's share is its partitions, peers or not"
+        );
+        let fixed = load("[fleet]\nmembership = \"replicas\"\nreplicas = 4\n", &[]).unwrap();
+        assert_eq!(fixed.fleet.resolved(true), Membership::Replicas);
+        assert_eq!(fixed.fleet.initial_share(), 0.25);
+    }
+
+    #[test]
+    fn environment_overrides_reach_the_fleet_section() {
+        let c = load(
+            "[source]\nkind = \"otlp\"\n",
+            &[
+                (
+                    "RAGWATCH__FLEET__PEERS",
+                    "ragwatch-peers.rag.svc.cluster.local",
+                ),
+                ("RAGWATCH__FLEET__PEERS_REFRESH_SECS", "3"),
+                ("RAGWATCH__FLEET__REPLICAS", "2"),
+                ("RAGWATCH__FLEET__MEMBERSHIP", "peers"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.fleet.peers.as_deref(),
+            Some("ragwatch-peers.rag.svc.cluster.local")
+        );
+        assert_eq!((c.fleet.peers_refresh_secs, c.fleet.replicas), (3, 2));
+        assert_eq!(c.fleet.membership, Membership::Peers);
+        // A name that TOML would read as dotted keys stays a string.
+        let c = load("", &[("RAGWATCH__FLEET__PEERS", "peers.ragwatch.test")]).unwrap();
+        assert_eq!(c.fleet.peers.as_deref(), Some("peers.ragwatch.test"));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        for (toml, field) in [
+            (
+                "[source]\nkind = \"otlp\"\n[fleet]\nmembership = \"partitions\"\n",
+                "fleet.membership",
+            ),
+            ("[fleet]\nmembership = \"peers\"\n", "fleet.peers"),
+            ("[fleet]\npeers = \" \"\n", "fleet.peers"),
+            ("[fleet]\nreplicas = 0\n", "fleet.replicas"),
+            (
+                "[fleet]\npeers_refresh_secs = 0\n",
+                "fleet.peers_refresh_secs",
+            ),
+        ] {
+            let e = load(toml, &[]).unwrap_err();
+            assert!(e.contains(&format!("`{field}`")), "{toml}: {e}");
+        }
+        assert!(load("[fleet]\nmembershp = \"auto\"\n", &[]).is_err());
+        load(
+            "[source]\nkind = \"kafka\"\n[fleet]\nmembership = \"partitions\"\n",
+            &[],
+        )
+        .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod otlp_source_tests {
+    //! An OTLP source's decode format, as the file and the environment set it.
+    use std::collections::HashMap;
+
+    use super::Config;
+    use crate::trace::otlp::config::TraceFormat;
+
+    #[test]
+    fn an_otlp_source_needs_no_format_but_refuses_native() {
+        let c = Config::from_toml_with_env("[source]\nkind = \"otlp\"\n", &HashMap::new()).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
+        let c = Config::from_toml_with_env(
+            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"otlp_json\"\n",
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpJson);
+        let env = HashMap::from([("RAGWATCH__SOURCE__KIND".to_owned(), "otlp".to_owned())]);
+        let c = Config::from_toml_with_env("", &env).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
+        let e = Config::from_toml_with_env(
+            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"native\"\n",
+            &HashMap::new(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("decode.format"), "{e}");
+        let c = Config::from_toml_with_env("", &HashMap::new()).unwrap();
+        assert_eq!(c.decode.format, TraceFormat::Native);
+    }
+}

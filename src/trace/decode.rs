@@ -824,8 +824,9 @@ mod tests {
             "/config/openinference.toml"
         ))
         .unwrap();
-        let config = crate::config::Config::from_toml_with_env(&text, &Default::default()).unwrap();
-        let d = Decoder::new(&config.decode);
+        let file: toml::Table = toml::from_str(&text).unwrap();
+        let decode: DecodeConfig = file["decode"].clone().try_into().unwrap();
+        let d = Decoder::new(&decode);
         let span = br#"{"context":{"trace_id":"abc123","span_id":"s1"},"name":"rag",
             "attributes":{"input.value":"Who wrote it?","output.value":"Ann wrote it.",
             "retrieval.documents.0.document.content":"Ann wrote the book.",

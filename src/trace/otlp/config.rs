@@ -209,34 +209,3 @@ impl OtlpConfig {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-    use crate::config::Config;
-
-    #[test]
-    fn an_otlp_source_needs_no_format_but_refuses_native() {
-        let c = Config::from_toml_with_env("[source]\nkind = \"otlp\"\n", &HashMap::new()).unwrap();
-        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
-        let c = Config::from_toml_with_env(
-            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"otlp_json\"\n",
-            &HashMap::new(),
-        )
-        .unwrap();
-        assert_eq!(c.decode.format, TraceFormat::OtlpJson);
-        let env = HashMap::from([("RAGWATCH__SOURCE__KIND".to_owned(), "otlp".to_owned())]);
-        let c = Config::from_toml_with_env("", &env).unwrap();
-        assert_eq!(c.decode.format, TraceFormat::OtlpProto);
-        let e = Config::from_toml_with_env(
-            "[source]\nkind = \"otlp\"\n[decode]\nformat = \"native\"\n",
-            &HashMap::new(),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("decode.format"), "{e}");
-        let c = Config::from_toml_with_env("", &HashMap::new()).unwrap();
-        assert_eq!(c.decode.format, TraceFormat::Native);
-    }
-}
