@@ -278,7 +278,7 @@ async fn sampled_judge(
         SampledJudge::Offline => Some(PoolJudge::Offline(OfflineJudge::default())),
         SampledJudge::Llm => {
             let judge = Arc::new(LlmJudge::try_new(
-                config.llm_setup(env),
+                llm_setup(config, env),
                 env,
                 shared.metrics.clone(),
             )?);
@@ -308,6 +308,20 @@ async fn sampled_judge(
         SampledJudge::Classifier => Some(classifier_judge(config)?),
     };
     Ok((judges, budget, pool_judge))
+}
+
+/// What the LLM judge is built from: `[llm]`, `[budget]`, `[redact]`, and the Kafka client of its
+/// records topic.
+pub fn llm_setup<'a>(
+    config: &'a Config,
+    env: &HashMap<String, String>,
+) -> crate::judge::llm::LlmSetup<'a> {
+    crate::judge::llm::LlmSetup {
+        llm: &config.llm,
+        budget: &config.budget,
+        redact: &config.redact,
+        records_kafka: config.records_kafka(env),
+    }
 }
 
 /// The classifier judge `[classifier]` describes, loaded before the first trace.

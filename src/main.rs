@@ -709,7 +709,11 @@ fn replay(
             JudgeArg::Offline | JudgeArg::Classifier => None,
             JudgeArg::Llm => {
                 let metrics = std::sync::Arc::new(ragwatch::metrics::Metrics::new(&[], "replay"));
-                match ragwatch::judge::llm::LlmJudge::try_new(config.llm_setup(env), env, metrics) {
+                match ragwatch::judge::llm::LlmJudge::try_new(
+                    ragwatch::app::llm_setup(&config, env),
+                    env,
+                    metrics,
+                ) {
                     Ok(j) => Some(j),
                     Err(e) => {
                         eprintln!("ragwatch: {e}");

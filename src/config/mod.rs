@@ -299,19 +299,13 @@ impl Config {
         }
     }
 
-    /// What the LLM judge is built from: `[llm]`, `[budget]`, `[redact]`, and for a records topic
-    /// the Kafka client settings (`[kafka]`, with `env`'s secrets).
-    pub fn llm_setup(&self, env: &HashMap<String, String>) -> crate::judge::llm::LlmSetup<'_> {
-        crate::judge::llm::LlmSetup {
-            llm: &self.llm,
-            budget: &self.budget,
-            redact: &self.redact,
-            records_kafka: self
-                .llm
-                .records_topic
-                .as_ref()
-                .map(|_| self.kafka.client_config(env)),
-        }
+    /// The Kafka client settings of the LLM judge's records topic producer (`[kafka]`, with `env`'s
+    /// secrets), when `llm.records_topic` is set.
+    pub fn records_kafka(&self, env: &HashMap<String, String>) -> Option<rdkafka::ClientConfig> {
+        self.llm
+            .records_topic
+            .as_ref()
+            .map(|_| self.kafka.client_config(env))
     }
 
     /// The judges drift rules and thresholds exist for: the classifier's only when it runs.

@@ -282,7 +282,12 @@ mod tests {
             let config = Config::from_toml_with_env(toml, &HashMap::new()).unwrap();
             let shared = Shared::new(&config);
             let judge = LlmJudge::try_new(
-                config.llm_setup(&HashMap::new()),
+                crate::judge::llm::LlmSetup {
+                    llm: &config.llm,
+                    budget: &config.budget,
+                    redact: &config.redact,
+                    records_kafka: None,
+                },
                 &HashMap::new(),
                 shared.metrics.clone(),
             )
