@@ -55,8 +55,8 @@ fn run(capacity: usize) {
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let config = Config::from_toml_with_env("", &env).unwrap();
-    let shared = Shared::new(&config);
-    let mut pipeline = Pipeline::new(&config, shared.clone(), None);
+    let shared = Shared::new(config.recorder_setup());
+    let mut pipeline = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     let start = 1_800_000_000_000u64;
     // Warm up every other structure (series, rings) on a few repeated ids.
     for i in 0..1000 {

@@ -268,7 +268,18 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     });
     g.bench_function("ingest_full", |b| {
         b.iter_batched_ref(
-            || SpanIngest::new(&config, Pipeline::new(&config, Shared::new(&config), None)),
+            || {
+                SpanIngest::new(
+                    &config.decode,
+                    &config.assembly,
+                    Pipeline::new(
+                        &config.decode,
+                        &config.sample,
+                        Shared::new(config.recorder_setup()),
+                        None,
+                    ),
+                )
+            },
             |si| {
                 let mut released = Vec::new();
                 for (i, m) in proto.iter().enumerate() {

@@ -78,7 +78,14 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("ingest_full", |b| {
         b.iter_batched_ref(
-            || Pipeline::new(&config, Shared::new(&config), None),
+            || {
+                Pipeline::new(
+                    &config.decode,
+                    &config.sample,
+                    Shared::new(config.recorder_setup()),
+                    None,
+                )
+            },
             |p| {
                 for l in &lines {
                     p.ingest(l, None);
@@ -92,7 +99,14 @@ fn bench(c: &mut Criterion) {
     bare.changes.enabled = false;
     g.bench_function("ingest_full_without_changes", |b| {
         b.iter_batched_ref(
-            || Pipeline::new(&bare, Shared::new(&bare), None),
+            || {
+                Pipeline::new(
+                    &bare.decode,
+                    &bare.sample,
+                    Shared::new(bare.recorder_setup()),
+                    None,
+                )
+            },
             |p| {
                 for l in &lines {
                     p.ingest(l, None);
@@ -135,14 +149,18 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter_batched_ref(
                 || {
-                    let shared = Shared::new(&c);
-                    let tasks = Exporter::try_new(&c, &Default::default(), shared.metrics.clone())
-                        .unwrap()
-                        .map(|(exporter, tasks)| {
-                            shared.attach_export(exporter);
-                            tasks
-                        });
-                    (Pipeline::new(&c, shared, None), tasks)
+                    let shared = Shared::new(c.recorder_setup());
+                    let tasks = Exporter::try_new(
+                        c.export_setup(),
+                        &Default::default(),
+                        shared.metrics.clone(),
+                    )
+                    .unwrap()
+                    .map(|(exporter, tasks)| {
+                        shared.attach_export(exporter);
+                        tasks
+                    });
+                    (Pipeline::new(&c.decode, &c.sample, shared, None), tasks)
                 },
                 |(p, _tasks)| {
                     for l in &w3c {
@@ -155,8 +173,8 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
-    let shared = Shared::new(&config);
-    let mut p = Pipeline::new(&config, shared.clone(), None);
+    let shared = Shared::new(config.recorder_setup());
+    let mut p = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     for l in &lines {
         p.ingest(l, None);
     }

@@ -75,14 +75,17 @@ pub async fn run(
     stop: CancellationToken,
 ) -> Result<(), RunError> {
     let kind = config.source_kind()?;
-    let shared = Shared::new(&config);
+    let shared = Shared::new(config.recorder_setup());
     shared
-        .attach_review(&config, &env)
+        .attach_review(config.review_setup(), &env)
         .map_err(|e| RunError::Task("review", e))?;
     // Verdict export: its tasks send until the judge pool has ended, then flush.
     let export_stop = CancellationToken::new();
-    let export = match crate::export::Exporter::try_new(&config, &env, Arc::clone(&shared.metrics))?
-    {
+    let export = match crate::export::Exporter::try_new(
+        config.export_setup(),
+        &env,
+        Arc::clone(&shared.metrics),
+    )? {
         Some((exporter, tasks)) => {
             shared.attach_export(exporter);
             Some(tokio::spawn(tasks.run(export_stop.clone())))
@@ -152,7 +155,6 @@ pub async fn run(
 
     let evaluator_stop = CancellationToken::new();
     let evaluator = tokio::spawn(crate::recorder::run_evaluator(
-        config.clone(),
         shared.clone(),
         judges.clone(),
         evaluator_stop.clone(),
@@ -183,24 +185,29 @@ pub async fn run(
             traces,
             labels: config.labels.enabled.then(|| shared.clone()),
         };
-        let server = http::write::spawn(&config, &env, routes, Arc::clone(&shared.metrics))?;
+        let server = http::write::spawn(&config.write, &env, routes, Arc::clone(&shared.metrics))?;
         Some(server)
     } else {
         None
     };
 
-    let pipeline = stage.pipeline(Pipeline::new(&config, shared.clone(), jobs_tx));
+    let pipeline = stage.pipeline(Pipeline::new(
+        &config.decode,
+        &config.sample,
+        shared.clone(),
+        jobs_tx,
+    ));
     ready.store(true, Ordering::Relaxed);
     tracing::info!(source = ?kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
     // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
     let result = match (otlp, config.decode.format.is_otlp()) {
         (Some(receiver), _) => {
-            let mut spans = SpanIngest::new(&config, pipeline);
+            let mut spans = SpanIngest::new(&config.decode, &config.assembly, pipeline);
             receiver.run(&mut spans, &stop).await.map(|_| ())
         }
         (_, true) => {
-            let mut spans = SpanIngest::new(&config, pipeline);
+            let mut spans = SpanIngest::new(&config.decode, &config.assembly, pipeline);
             let share_tx = fleet.partitions_tx.take();
             feed(&config, &env, &mut spans, &shared, ack_rx, share_tx, &stop).await
         }
@@ -253,7 +260,7 @@ pub async fn run(
     abandon_timer.abort();
     evaluator_stop.cancel();
     check("evaluator", evaluator.await);
-    crate::recorder::evaluate_once(&config, &shared, &judges, crate::clock::now_ms());
+    crate::recorder::evaluate_once(&shared, &judges, crate::clock::now_ms());
     server_stop.cancel();
     let _ = tokio::task::spawn_blocking(move || server.join()).await;
     tracing::info!("ragwatch stopped");

@@ -30,6 +30,7 @@
 //! Dependencies point down only (`tests/it/layering.rs` fails on an upward `crate::` reference):
 //! ```text
 //! app, http, replay, gate, fuzzing, rules  entry points and wiring
+//! config                               the whole file: TOML, overrides, validate(); each component's setup
 //! source                               Kafka, file, stdin, OTLP/HTTP and gRPC; span ingest
 //! fleet                                this replica's share of the fleet; the budget follows it
 //! pipeline                             one message from bytes to the recorder; the judge pool
@@ -39,7 +40,7 @@
 //! sample, judge, window, changes       stratify and sample; judges; rings, estimate, drift rules; what changed
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
-//! config                               TOML, overrides, validate(); sections in <component>/config.rs
+//! <component>/config.rs                each component's sections: plain data, defaults, own checks
 //! section, dimensions, clock           what sections are built from (problems, defaults); the bounded label values; the wall clock
 //! ```
 //! A new judge metric: a variant of [`dimensions::Quality`] with its row in `Quality::spec` (histogram
@@ -59,6 +60,9 @@
 //!   overrides, `validate()` reporting every problem at once. Each section's types, defaults and
 //!   own checks sit beside the component that reads them (`source/kafka/config.rs`,
 //!   `judge/llm/config.rs`, `window/config/`...); `tests/it/layering.rs` keeps them plain data.
+//!   No component reads the whole file: each is built from its own sections, which the config
+//!   hands over ([`config::Config::recorder_setup`], `review_setup`, `export_setup`; the LLM
+//!   judge's `app::llm_setup`), so the config sits above every component it gathers.
 //! - [`trace`]: the trace model (its metadata kept as checked JSON text until a field is read), its
 //!   decoder with limits and reject reasons, OTLP span assembly.
 //! - [`redact`]: e-mail, phone, card (Luhn), secret and IP patterns and the config's own, masked

@@ -401,8 +401,8 @@ pub async fn replay_with(
     labels: Option<&ReplayLabels>,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
-    let shared = Shared::for_replay(config);
-    let pipeline = Pipeline::new(config, shared.clone(), None);
+    let shared = Shared::for_replay(config.recorder_setup());
+    let pipeline = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     let mut records = Records::new(out);
     let threshold = config.judge.faithful_threshold;
     let mut summary = Summary {

@@ -308,11 +308,40 @@ impl Config {
             .map(|_| self.kafka.client_config(env))
     }
 
-    /// The judges drift rules and thresholds exist for: the classifier's only when it runs.
-    pub(crate) fn ruled_judges(&self) -> impl Iterator<Item = crate::dimensions::JudgeKind> + '_ {
-        crate::dimensions::JudgeKind::RULED.into_iter().filter(|j| {
-            *j != crate::dimensions::JudgeKind::Classifier || self.judge.classifier_runs()
-        })
+    /// The sections the recorder reads, with the judges' identity.
+    pub fn recorder_setup(&self) -> crate::recorder::RecorderSetup {
+        crate::recorder::RecorderSetup {
+            strata: self.strata.clone(),
+            metrics: self.metrics.clone(),
+            windows: self.windows.clone(),
+            drift: self.drift.clone(),
+            judge: self.judge.clone(),
+            labels: self.labels.clone(),
+            audit: self.audit.clone(),
+            variants: self.variants.clone(),
+            changes: self.changes.clone(),
+            judge_model: crate::recorder::judge_model(&self.judge, &self.llm, &self.classifier),
+            llm_chat_model: (self.judge.sampled == SampledJudge::Llm)
+                .then(|| self.llm.chat_model.clone()),
+        }
+    }
+
+    /// The sections the review queue reads.
+    pub fn review_setup(&self) -> crate::review::ReviewSetup<'_> {
+        crate::review::ReviewSetup {
+            review: &self.review,
+            redact: &self.redact,
+            faithful_at: self.labels.llm_faithful_threshold,
+        }
+    }
+
+    /// The sections verdict export reads.
+    pub fn export_setup(&self) -> crate::export::ExportSetup<'_> {
+        crate::export::ExportSetup {
+            export: &self.export,
+            variants: &self.variants,
+            llm: &self.llm,
+        }
     }
 
     /// Whether the write listener is bound: the OTLP receiver or the labels endpoint is on.
@@ -361,16 +390,6 @@ impl Config {
                 "otlp_proto is read from files and Kafka; stdin takes otlp_json lines",
             );
         }
-    }
-
-    /// The drift rule for `metric` as judged by `judge` in `stratum`, with overrides applied.
-    pub(crate) fn drift_rule(
-        &self,
-        metric: crate::dimensions::Quality,
-        judge: crate::dimensions::JudgeKind,
-        stratum: &str,
-    ) -> crate::window::config::DriftRule {
-        self.drift.rule(metric, judge, stratum)
     }
 
     /// The effective config as TOML, secrets redacted, for `check-config`.

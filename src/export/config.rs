@@ -240,10 +240,6 @@ fn default_timeout_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use crate::config::Config;
-
     use super::*;
 
     #[test]
@@ -260,7 +256,10 @@ mod tests {
                     label_threshold = 2.0\nspan_id_field = \"span\"\n\
                     [export.otlp]\nendpoint = \"collector:4318\"\nprotocol = \"grpc\"\n\
                     [export.phoenix]\nbase_url = \"phoenix\"\n";
-        let err = Config::from_toml_with_env(toml, &HashMap::new())
+        let mut problems = Problems::default();
+        crate::section::fields::section::<ExportConfig>(toml, "export").validate(&mut problems);
+        let err = problems
+            .into_result()
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -277,7 +276,7 @@ mod tests {
         ] {
             assert!(err.contains(field), "{field} not in: {err}");
         }
-        let typo = Config::from_toml_with_env("[export.otlp]\nendpont = \"x\"\n", &HashMap::new());
+        let typo = toml::from_str::<ExportConfig>("[otlp]\nendpont = \"x\"\n");
         assert!(typo.is_err());
     }
 }

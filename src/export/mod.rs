@@ -29,12 +29,13 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
 pub use crate::dimensions::VerdictLabel;
 use crate::dimensions::{JudgeKind, Quality};
 use crate::judge::Verdict;
+use crate::judge::llm::config::LlmConfig;
 use crate::metrics::Metrics;
 use crate::sample::Variants;
+use crate::sample::variant::config::VariantsConfig;
 use crate::trace::Trace;
 use crate::trace::metadata::MetadataField;
 use config::ExportConfig;
@@ -167,15 +168,26 @@ pub struct ExportTasks {
     targets: Vec<(Target, mpsc::Receiver<Arc<VerdictEvent>>)>,
 }
 
+/// The sections verdict export is built from, gathered from the config file above it.
+#[derive(Debug, Clone, Copy)]
+pub struct ExportSetup<'a> {
+    /// `[export]`: the targets, queues and what each event carries.
+    pub export: &'a ExportConfig,
+    /// `[variants]`: the release each event names.
+    pub variants: &'a VariantsConfig,
+    /// `[llm]`: the LLM judge's identity and prompt version on its events.
+    pub llm: &'a LlmConfig,
+}
+
 impl Exporter {
-    /// The exporter of `config.export` and its tasks; `None` when no target is configured. The
+    /// The exporter of `setup.export` and its tasks; `None` when no target is configured. The
     /// OpenTelemetry target reads the `OTEL_EXPORTER_OTLP_*` variables from `env`, Phoenix its key.
     pub fn try_new(
-        config: &Config,
+        setup: ExportSetup<'_>,
         env: &HashMap<String, String>,
         metrics: Arc<Metrics>,
     ) -> Result<Option<(Exporter, ExportTasks)>, ExportSetupError> {
-        let c = &config.export;
+        let c = setup.export;
         if !c.enabled() {
             return Ok(None);
         }
@@ -203,13 +215,13 @@ impl Exporter {
             config: c.clone(),
             metrics: Arc::clone(&metrics),
             queues,
-            variants: Variants::new(&config.variants),
+            variants: Variants::new(setup.variants),
             trace_id_field: field(&c.trace_id_field),
             span_id_field: field(&c.span_id_field),
             response_id_field: field(&c.response_id_field),
             offline_model: format!("offline-{version}").into(),
-            llm_model: crate::judge::llm::LlmJudge::model_id(&config.llm).into(),
-            prompt_version: config.llm.prompt_version.as_str().into(),
+            llm_model: crate::judge::llm::LlmJudge::model_id(setup.llm).into(),
+            prompt_version: setup.llm.prompt_version.as_str().into(),
         };
         let tasks = ExportTasks {
             config: c.clone(),
@@ -637,12 +649,20 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        let config = Config::from_toml_with_env(toml, &env).unwrap();
+        use crate::section::fields::section;
+        let export: ExportConfig = section(toml, "export");
+        let variants: VariantsConfig = section(toml, "variants");
+        let llm: LlmConfig = section(toml, "llm");
         let metrics = Arc::new(Metrics::new(
             &["default".to_owned(), "head".to_owned()],
             "test",
         ));
-        Exporter::try_new(&config, &env, metrics).unwrap().unwrap()
+        let setup = ExportSetup {
+            export: &export,
+            variants: &variants,
+            llm: &llm,
+        };
+        Exporter::try_new(setup, &env, metrics).unwrap().unwrap()
     }
 
     fn trace(span: Option<u64>) -> Trace {

@@ -19,13 +19,14 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::clock::now_ms;
-use crate::config::Config;
 use crate::dimensions::SkipReason;
 use crate::dimensions::StratumId;
 use crate::events;
 use crate::judge::{OfflineJudge, OfflineScore, Verdict};
 use crate::recorder::Shared;
+use crate::sample::config::SampleConfig;
 use crate::sample::{Sampler, SamplerDecision};
+use crate::trace::config::DecodeConfig;
 use crate::trace::{DecodeError, Decoder, Trace};
 
 /// Where a message came from, so that its source can move past it once it is accounted for. The
@@ -145,15 +146,23 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A pipeline writing to `shared`; sampled traces go to `judge_tx` when there is a sampled judge.
-    pub fn new(config: &Config, shared: Shared, judge_tx: Option<mpsc::Sender<JudgeJob>>) -> Self {
+    /// A pipeline decoding with `decode` and sampling with `sample`, writing to `shared` (whose
+    /// windows and variants the sampler's pace and boost follow); sampled traces go to `judge_tx`
+    /// when there is a sampled judge.
+    pub fn new(
+        decode: &DecodeConfig,
+        sample: &SampleConfig,
+        shared: Shared,
+        judge_tx: Option<mpsc::Sender<JudgeJob>>,
+    ) -> Self {
+        let recorded = &shared.setup;
         Self {
-            decoder: Decoder::new(&config.decode),
+            decoder: Decoder::new(decode),
             sampler: Sampler::with_candidate_boost(
-                &config.sample,
-                config.sample.min_window_secs(&config.windows),
+                sample,
+                sample.min_window_secs(&recorded.windows),
                 shared.stratifier.names(),
-                config.variants.candidate_sample_boost(),
+                recorded.variants.candidate_sample_boost(),
             ),
             offline: OfflineJudge::default(),
             shared,
@@ -369,13 +378,14 @@ mod tests {
             r#"{"trace_id":"e","query":"Escaped \"query\"?","contexts":[{"id":7,"text":"An escaped \"text\" and more.","extra":1}],"answer":"I cannot answer that."}"#,
             r#"{"trace_id":"f","query":"What does the kettle cost?","contexts":[],"answer":"It costs 40 dollars."}"#,
         ];
-        let config = Config::default();
-        let (reused, fresh) = (Shared::new(&config), Shared::new(&config));
-        let mut one = Pipeline::new(&config, reused.clone(), None);
+        let (decode, sample) = (DecodeConfig::default(), SampleConfig::default());
+        let setup = crate::recorder::RecorderSetup::default;
+        let (reused, fresh) = (Shared::new(setup()), Shared::new(setup()));
+        let mut one = Pipeline::new(&decode, &sample, reused.clone(), None);
         for (i, m) in messages.iter().enumerate() {
             let now = 1_800_000_000_000 + i as u64;
             one.ingest_at(m.as_bytes(), None, now);
-            Pipeline::new(&config, fresh.clone(), None).ingest_at(m.as_bytes(), None, now);
+            Pipeline::new(&decode, &sample, fresh.clone(), None).ingest_at(m.as_bytes(), None, now);
         }
         assert_eq!(scores(&reused), scores(&fresh));
         // Five traces decoded (the cut message rejected), one of them in `head`.

@@ -237,8 +237,9 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::config::Config;
     use crate::judge::llm::loopback::{Loopback, Reply};
+    use crate::recorder::RecorderSetup;
+    use crate::section::fields::section;
     use crate::trace::Trace;
 
     fn job(offset: i64, priority: bool) -> JudgeJob {
@@ -279,13 +280,14 @@ mod tests {
 
     impl Drain {
         async fn start(toml: &str, jobs: Vec<JudgeJob>, grace: Duration) -> Drain {
-            let config = Config::from_toml_with_env(toml, &HashMap::new()).unwrap();
-            let shared = Shared::new(&config);
+            let setup = RecorderSetup::from_toml(toml);
+            let workers = setup.judge.workers;
+            let shared = Shared::new(setup);
             let judge = LlmJudge::try_new(
                 crate::judge::llm::LlmSetup {
-                    llm: &config.llm,
-                    budget: &config.budget,
-                    redact: &config.redact,
+                    llm: &section(toml, "llm"),
+                    budget: &section(toml, "budget"),
+                    redact: &section(toml, "redact"),
                     records_kafka: None,
                 },
                 &HashMap::new(),
@@ -302,7 +304,7 @@ mod tests {
             let started = Instant::now();
             let pool = tokio::spawn(run_pool(
                 PoolJudge::Llm(Arc::new(judge)),
-                config.judge.workers,
+                workers,
                 jobs_rx,
                 Some(ack_tx),
                 shared.clone(),

@@ -3,8 +3,8 @@
 
 use prometheus::Registry;
 
+use super::RecorderSetup;
 use crate::changes::Changes;
-use crate::config::Config;
 use crate::dimensions::StratumId;
 use crate::judge::Verdict;
 use crate::metrics::changes::{ChangesMetrics, Dimensions};
@@ -21,7 +21,7 @@ pub(crate) struct Attribution {
 impl Attribution {
     /// Summaries and series for `strata`; `whole_run` reads every trace into one window (replay).
     pub fn new(
-        config: &Config,
+        config: &RecorderSetup,
         strata: &[String],
         registry: &Registry,
         whole_run: bool,

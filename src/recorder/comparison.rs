@@ -9,12 +9,12 @@ use std::sync::Mutex;
 
 use prometheus::Registry;
 
-use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality, StratumId};
 use crate::judge::Verdict;
 use crate::metrics::comparison::{
     ArmSeries, BASELINE, CANDIDATE, ComparisonMetrics, Dimensions, Settings,
 };
+use crate::sample::variant::config::VariantsConfig;
 use crate::sample::{VariantId, Variants};
 use crate::trace::Trace;
 
@@ -38,24 +38,20 @@ struct Epoch {
 impl Comparisons {
     /// Registers the comparison's families on `registry`; `None` when variants are off.
     pub fn new(
-        config: &Config,
+        config: &VariantsConfig,
         strata: &[String],
         judge: JudgeKind,
         judge_model: &str,
         registry: &Registry,
     ) -> Option<Self> {
-        let variants = Variants::new(&config.variants)?;
+        let variants = Variants::new(config)?;
         let candidates: Vec<VariantId> = variants.candidates().collect();
         let names: Vec<String> = candidates
             .iter()
             .map(|&v| variants.name(v).to_owned())
             .collect();
-        let shares: Vec<(String, f64)> = config
-            .variants
-            .share
-            .iter()
-            .map(|(v, s)| (v.clone(), *s))
-            .collect();
+        let shares: Vec<(String, f64)> =
+            config.share.iter().map(|(v, s)| (v.clone(), *s)).collect();
         let metrics = ComparisonMetrics::register(
             registry,
             &Dimensions {
@@ -66,9 +62,9 @@ impl Comparisons {
                 judge_model,
             },
             &Settings {
-                margin: config.variants.margin,
-                min_judged: config.variants.min_judged,
-                deadline_secs: config.variants.deadline_secs,
+                margin: config.margin,
+                min_judged: config.min_judged,
+                deadline_secs: config.deadline_secs,
                 shares: &shares,
             },
         );
@@ -77,7 +73,7 @@ impl Comparisons {
             candidates,
             variants,
             metrics,
-            restart_after_ms: config.variants.restart_after_idle_secs.saturating_mul(1000),
+            restart_after_ms: config.restart_after_idle_secs.saturating_mul(1000),
         })
     }
 
@@ -161,8 +157,8 @@ mod tests {
     use super::*;
     use crate::trace::metadata::Metadata;
 
-    fn config(variants: &str) -> Config {
-        Config::from_toml_with_env(variants, &Default::default()).unwrap()
+    fn config(variants: &str) -> VariantsConfig {
+        crate::section::fields::section(variants, "variants")
     }
 
     const VARIANTS: &str = r#"

@@ -8,7 +8,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::clock::now_ms;
-use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality};
 use crate::metrics::Metrics;
 use crate::window::estimate::Estimate;
@@ -17,7 +16,8 @@ use crate::window::{
 };
 
 /// Sets the threshold gauges once: per (metric, stratum, judge), only the rules that are on.
-pub fn export_thresholds(config: &Config, shared: &Shared) {
+pub fn export_thresholds(shared: &Shared) {
+    let config = &*shared.setup;
     let m = &shared.metrics;
     m.drift.threshold_confidence_z.set(config.windows.z);
     m.drift.threshold_page_llr.set(config.windows.page_llr);
@@ -61,8 +61,9 @@ pub fn export_thresholds(config: &Config, shared: &Shared) {
 
 /// Recomputes every window gauge, estimate and drift flag at `now`. `judges` are the judges that
 /// produce verdicts in this process; the combined estimate is added when the recorder keeps it.
-pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now: u64) {
-    export_label_auroc(config, shared, now);
+pub fn evaluate_once(shared: &Shared, judges: &[JudgeKind], now: u64) {
+    let config = &*shared.setup;
+    export_label_auroc(shared, now);
     let m = &shared.metrics;
     let w = &config.windows;
     let windows = shared.windows.lock().unwrap_or_else(|p| p.into_inner());
@@ -90,7 +91,7 @@ pub fn evaluate_once(config: &Config, shared: &Shared, judges: &[JudgeKind], now
             }
             evaluated.push((judge, low));
         }
-        if shared.estimate {
+        if shared.setup.llm_samples() {
             let judge = JudgeKind::Combined;
             let mut low = Vec::new();
             for metric in Quality::ALL {
@@ -194,33 +195,27 @@ fn set_drift(m: &Metrics, metric: Quality, stratum: &str, judge: JudgeKind, stat
 }
 
 /// Runs [`evaluate_once`] on an interval until `stop` is cancelled.
-pub(crate) async fn run_evaluator(
-    config: Config,
-    shared: Shared,
-    judges: Vec<JudgeKind>,
-    stop: CancellationToken,
-) {
-    evaluate_on_interval(config, shared, judges, stop, now_ms).await;
+pub(crate) async fn run_evaluator(shared: Shared, judges: Vec<JudgeKind>, stop: CancellationToken) {
+    evaluate_on_interval(shared, judges, stop, now_ms).await;
 }
 
 /// [`run_evaluator`] with the windows' time read from `now_ms`: the wall clock in production, a
 /// clock that follows tokio's paused time in the tests. A tick that comes late (a busy runtime, a
 /// stalled mutex) is not made up for with a burst: the next one is an interval after it.
 async fn evaluate_on_interval(
-    config: Config,
     shared: Shared,
     judges: Vec<JudgeKind>,
     stop: CancellationToken,
     now_ms: impl Fn() -> u64,
 ) {
-    export_thresholds(&config, &shared);
-    let mut tick =
-        tokio::time::interval(Duration::from_millis(config.windows.evaluate_interval_ms));
+    export_thresholds(&shared);
+    let interval = shared.setup.windows.evaluate_interval_ms;
+    let mut tick = tokio::time::interval(Duration::from_millis(interval));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tick.tick() => evaluate_once(&config, &shared, &judges, now_ms()),
+            _ = tick.tick() => evaluate_once(&shared, &judges, now_ms()),
         }
     }
 }
@@ -228,7 +223,8 @@ async fn evaluate_on_interval(
 /// Exports each judge's label AUROC per stratum while both classes have
 /// `labels.auroc_min_per_class` labels in the window (removed otherwise, so no thin figure is
 /// shown), and flags and logs a judge whose AUROC falls below `labels.auroc_floor`.
-fn export_label_auroc(config: &Config, shared: &Shared, now: u64) {
+fn export_label_auroc(shared: &Shared, now: u64) {
+    let config = &shared.setup;
     let Some(feedback) = &shared.feedback else {
         return;
     };
@@ -322,14 +318,12 @@ mod tests {
 
     /// Windows of 10 s and 1 min in 1-s buckets, evaluated every second; a floor of 0.5 on the
     /// offline judge's faithfulness from 5 samples.
-    fn config() -> Config {
-        Config::from_toml_with_env(
+    fn config() -> crate::recorder::RecorderSetup {
+        crate::recorder::RecorderSetup::from_toml(
             "[windows]\nwindow_secs = [10, 60]\nbuckets = 10\nshort_secs = 10\nbaseline_secs = 60\n\
              evaluate_interval_ms = 1000\n\
              [drift.rules.faithfulness.offline]\nfloor = 0.5\nmin_samples = 5\n",
-            &Default::default(),
         )
-        .unwrap()
     }
 
     /// An evaluator of [`config`] on a fresh [`Shared`], started and past its first tick (at once).
@@ -341,12 +335,10 @@ mod tests {
     }
 
     async fn start() -> Running {
-        let config = config();
-        let shared = Shared::new(&config);
+        let shared = Shared::new(config());
         let clock = PausedClock::new();
         let stop = CancellationToken::new();
         let task = tokio::spawn(evaluate_on_interval(
-            config,
             shared.clone(),
             vec![JudgeKind::Offline],
             stop.clone(),

@@ -11,19 +11,19 @@ mod comparison;
 pub mod config;
 mod evaluator;
 mod feedback;
+mod setup;
 mod user_feedback;
 
 pub(crate) use evaluator::run_evaluator;
 pub use evaluator::{evaluate_once, export_thresholds};
 pub(crate) use feedback::{Feedback, LabelOutcome, parse_label};
+pub use setup::{RecorderSetup, judge_model};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::config::Config;
 use crate::dimensions::{JudgeKind, Quality, StratumId};
-use crate::judge::config::{Prediction, SampledJudge};
-use crate::judge::{OfflineJudge, Verdict};
+use crate::judge::Verdict;
 use crate::metrics::Metrics;
 use crate::sample::Stratifier;
 use crate::trace::Trace;
@@ -38,8 +38,8 @@ pub struct Shared {
     pub windows: Arc<Mutex<Windows>>,
     /// Stratum names.
     pub stratifier: Arc<Stratifier>,
-    /// Whether the combined estimate is kept (an LLM judge scores the sample).
-    estimate: bool,
+    /// The sections it was built from (the evaluator reads the windows, rules and labels).
+    pub(crate) setup: Arc<RecorderSetup>,
     /// The human-label join, when `labels.enabled`.
     pub(crate) feedback: Option<Arc<Feedback>>,
     /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
@@ -57,29 +57,26 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Builds metrics and windows for `config`.
-    pub fn new(config: &Config) -> Self {
-        Self::with_clock(config, false)
+    /// Builds metrics and windows for `setup`.
+    pub fn new(setup: RecorderSetup) -> Self {
+        Self::with_clock(setup, false)
     }
 
     /// [`Shared::new`] for a replay: the change attribution reads the whole run as one window.
-    pub fn for_replay(config: &Config) -> Self {
-        Self::with_clock(config, true)
+    pub fn for_replay(setup: RecorderSetup) -> Self {
+        Self::with_clock(setup, true)
     }
 
-    /// Builds the review queue of `config` (`review.enabled`; its redaction's hash key from `env`)
+    /// Builds the review queue of `setup` (`review.enabled`; its redaction's hash key from `env`)
     /// and attaches it to every clone of this state.
     pub fn attach_review(
         &self,
-        config: &Config,
+        setup: crate::review::ReviewSetup<'_>,
         env: &HashMap<String, String>,
     ) -> Result<(), String> {
-        if let Some(review) = crate::review::Review::new(
-            config,
-            env,
-            self.stratifier.names(),
-            &self.metrics.registry,
-        )? {
+        if let Some(review) =
+            crate::review::Review::new(setup, env, self.stratifier.names(), &self.metrics.registry)?
+        {
             let _ = self.review.set(review);
         }
         Ok(())
@@ -199,15 +196,15 @@ impl Shared {
         reports
     }
 
-    fn with_clock(config: &Config, whole_run: bool) -> Self {
-        let stratifier = Arc::new(Stratifier::new(&config.strata));
+    fn with_clock(setup: RecorderSetup, whole_run: bool) -> Self {
+        let stratifier = Arc::new(Stratifier::new(&setup.strata));
         let metrics = Arc::new(Metrics::with_config(
             stratifier.names(),
-            &judge_model(config),
-            &config.metrics,
+            &setup.judge_model,
+            &setup.metrics,
         ));
         for stratum in stratifier.names() {
-            let scope = if config.strata.is_out_of_scope(stratum) {
+            let scope = if setup.strata.is_out_of_scope(stratum) {
                 "out_of_scope"
             } else {
                 "in_scope"
@@ -219,12 +216,12 @@ impl Shared {
                 .set(1);
         }
         let windows = Windows::new(
-            &config.windows.window_secs,
-            config.windows.buckets,
+            &setup.windows.window_secs,
+            setup.windows.buckets,
             stratifier.names().len(),
         );
-        let label_judges = config.judge.sampled.verdict_judges();
-        if config.labels.enabled {
+        let label_judges = setup.judge.sampled.verdict_judges();
+        if setup.labels.enabled {
             for outcome in LabelOutcome::ALL {
                 metrics
                     .labelled
@@ -233,7 +230,7 @@ impl Shared {
             }
             // Every bucket of every class from the start: the AUROC rule multiplies series
             // matched by `le`, and a missing bucket would drop a term rather than count zero.
-            let judges = config.judge.sampled.verdict_judges();
+            let judges = setup.judge.sampled.verdict_judges();
             metrics.labelled.precreate(&judges, stratifier.names());
             for judge in &judges {
                 for stratum in stratifier.names() {
@@ -246,41 +243,41 @@ impl Shared {
                     }
                 }
             }
-            metrics.labelled.floor.set(config.labels.auroc_floor);
+            metrics.labelled.floor.set(setup.labels.auroc_floor);
             metrics
                 .labelled
                 .min_per_class
-                .set(config.labels.auroc_min_per_class as i64);
+                .set(setup.labels.auroc_min_per_class as i64);
         }
-        if config.judge.sampled == SampledJudge::Llm {
-            let predictions = match config.judge.prediction.kind() {
+        if setup.llm_samples() {
+            let predictions = match setup.judge.prediction.kind() {
                 JudgeKind::Offline => vec![JudgeKind::Offline],
                 p => vec![p, JudgeKind::Offline],
             };
             metrics.precreate_estimate_terms(stratifier.names(), &predictions);
         }
         let mut judges = JudgeKind::STARTED.to_vec();
-        if config.judge.classifier_runs() {
+        if setup.judge.classifier_runs() {
             metrics.start_judge(stratifier.names(), JudgeKind::Classifier);
             judges.push(JudgeKind::Classifier);
         }
         let length_moments = Arc::new(metrics.audit.length_moments_of(stratifier.names(), &judges));
-        let sampled_judge = config.judge.sampled.kind();
+        let sampled_judge = setup.judge.sampled.kind();
         let comparisons = comparison::Comparisons::new(
-            config,
+            &setup.variants,
             stratifier.names(),
             sampled_judge,
-            &judge_model(config),
+            &setup.judge_model,
             &metrics.registry,
         )
         .map(Arc::new);
         let attribution =
-            changes::Attribution::new(config, stratifier.names(), &metrics.registry, whole_run)
+            changes::Attribution::new(&setup, stratifier.names(), &metrics.registry, whole_run)
                 .map(Arc::new);
-        let feedback = config.labels.enabled.then(|| {
+        let feedback = setup.labels.enabled.then(|| {
             Arc::new(Feedback::with_user_feedback(
-                &config.labels,
-                config.judge.faithful_threshold,
+                &setup.labels,
+                setup.judge.faithful_threshold,
                 Some((&metrics.registry, stratifier.names(), &label_judges)),
             ))
         });
@@ -292,16 +289,17 @@ impl Shared {
             metrics,
             windows: Arc::new(Mutex::new(windows)),
             stratifier,
-            estimate: config.judge.sampled == SampledJudge::Llm,
             feedback,
             length_moments,
             families: Arc::new((
-                config.audit.clone(),
-                (config.judge.sampled == SampledJudge::Llm)
-                    .then(|| config.audit.family(&config.llm.chat_model))
-                    .flatten()
+                setup.audit.clone(),
+                setup
+                    .llm_chat_model
+                    .as_deref()
+                    .and_then(|model| setup.audit.family(model))
                     .map(str::to_owned),
             )),
+            setup: Arc::new(setup),
         }
     }
 
@@ -431,6 +429,7 @@ impl Shared {
     /// The scores and live audit of a verdict that stands beside the trace's offline and sampled
     /// ones (the classifier's, as the combined estimate's prediction): no label join, export or
     /// comparison reads it.
+    #[cfg(feature = "classifier")]
     pub(crate) fn record_beside(
         &self,
         stratum: StratumId,
@@ -446,7 +445,7 @@ impl Shared {
     /// judge's scores. Every trace gets one, and a sampled trace's pair (`Shared::record_pair`)
     /// must use the same prediction. Nothing without an LLM judge.
     pub(crate) fn record_prediction(&self, stratum: StratumId, prediction: &Verdict, now: u64) {
-        if !self.estimate {
+        if !self.setup.llm_samples() {
             return;
         }
         let s = self.stratifier.name(stratum);
@@ -470,7 +469,7 @@ impl Shared {
         probability: f64,
         now: u64,
     ) {
-        if !self.estimate || verdict.judge != JudgeKind::Llm {
+        if !self.setup.llm_samples() || verdict.judge != JudgeKind::Llm {
             return;
         }
         self.add_estimate(stratum, now, |metric| {
@@ -533,32 +532,6 @@ impl Shared {
     }
 }
 
-/// The identity of the judges in use, for `ragwatch_judge_info{model}`.
-pub fn judge_model(config: &Config) -> String {
-    let offline = OfflineJudge::default();
-    let version = offline.model().report["version"]
-        .as_str()
-        .unwrap_or("dev")
-        .to_owned();
-    match config.judge.sampled {
-        SampledJudge::None | SampledJudge::Offline => format!("offline-{version}"),
-        SampledJudge::Llm => {
-            let llm = crate::judge::llm::LlmJudge::model_id(&config.llm);
-            match config.judge.prediction {
-                Prediction::Offline => format!("offline-{version},{llm}"),
-                Prediction::Classifier => format!(
-                    "offline-{version},{llm},{}",
-                    crate::judge::classifier::identity(&config.classifier)
-                ),
-            }
-        }
-        SampledJudge::Classifier => format!(
-            "offline-{version},{}",
-            crate::judge::classifier::identity(&config.classifier)
-        ),
-    }
-}
-
 #[cfg(test)]
 mod audit_tests {
     use super::*;
@@ -569,14 +542,10 @@ mod audit_tests {
 
     #[test]
     fn length_sums_and_same_family_verdicts() {
-        let env = std::collections::HashMap::new();
-        let config = Config::from_toml_with_env(
+        let shared = Shared::new(RecorderSetup::from_toml(
             "[judge]\nsampled = \"llm\"\n[llm]\nchat_model = \"gpt-4o-mini-2024-07-18\"\n",
-            &env,
-        )
-        .unwrap();
-        let shared = Shared::new(&config);
-        let decoder = crate::trace::Decoder::new(&config.decode);
+        ));
+        let decoder = crate::trace::Decoder::new(&Default::default());
         let trace = |model: &str, answer: &str| {
             let line = serde_json::json!({"trace_id": "t", "query": "q", "contexts": ["c"],
                 "answer": answer, "metadata": {"model": model}});

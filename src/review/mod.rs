@@ -32,6 +32,7 @@ use crate::judge::Verdict;
 use crate::judge::records::RecordsFile;
 use crate::metrics::review::{REASONS, ReviewMetrics};
 use crate::redact::Redactor;
+use crate::redact::config::RedactConfig;
 use crate::trace::Trace;
 use config::ReviewConfig;
 
@@ -128,19 +129,31 @@ pub struct Review {
     faithful_at: f64,
 }
 
+/// The sections the review queue is built from, gathered from the config file above it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReviewSetup<'a> {
+    /// `[review]`: the queue's pace, reasons and output.
+    pub review: &'a ReviewConfig,
+    /// `[redact]`: what is replaced in a pick before it is written.
+    pub redact: &'a RedactConfig,
+    /// `labels.llm_faithful_threshold`: the LLM judge's faithfulness at or above which its call
+    /// is "faithful".
+    pub faithful_at: f64,
+}
+
 impl Review {
-    /// The queue of `config` for `strata`, its families on `registry`.
+    /// The queue of `setup` for `strata`, its families on `registry`.
     pub fn new(
-        config: &crate::config::Config,
+        setup: ReviewSetup<'_>,
         env: &HashMap<String, String>,
         strata: &[String],
         registry: &prometheus::Registry,
     ) -> Result<Option<Self>, String> {
-        let c = &config.review;
+        let c = setup.review;
         if !c.enabled {
             return Ok(None);
         }
-        let redactor = Redactor::try_new(&config.redact, env).map_err(|e| e.to_string())?;
+        let redactor = Redactor::try_new(setup.redact, env).map_err(|e| e.to_string())?;
         let file = match &c.path {
             Some(p) => Some(
                 RecordsFile::open(p, c.max_bytes, c.keep_files)
@@ -157,7 +170,7 @@ impl Review {
             file,
             pull: (c.pull_buffer > 0).then(|| Mutex::new(VecDeque::new())),
             metrics: ReviewMetrics::register(registry, strata, c.min_labels, c.z),
-            faithful_at: config.labels.llm_faithful_threshold,
+            faithful_at: setup.faithful_at,
         }))
     }
 
@@ -369,6 +382,25 @@ impl Review {
 mod tests {
     use super::*;
     use crate::dimensions::PerQuality;
+    use crate::section::fields::section;
+
+    /// The review's sections of a TOML text.
+    struct Sections(ReviewConfig, RedactConfig);
+
+    impl Sections {
+        fn as_setup(&self) -> ReviewSetup<'_> {
+            ReviewSetup {
+                review: &self.0,
+                redact: &self.1,
+                // `labels.llm_faithful_threshold`'s default: every claim supported.
+                faithful_at: 1.0,
+            }
+        }
+    }
+
+    fn setup(toml: &str) -> Sections {
+        Sections(section(toml, "review"), section(toml, "redact"))
+    }
 
     fn review(dir: &std::path::Path) -> (Review, prometheus::Registry) {
         let toml = format!(
@@ -377,12 +409,15 @@ mod tests {
              [redact]\nbuiltins = [\"email\", \"phone\", \"card\", \"secret\"]\n",
             dir.join("review.jsonl")
         );
-        let config =
-            crate::config::Config::from_toml_with_env(&toml, &HashMap::new()).expect("config");
         let registry = prometheus::Registry::new();
-        let review = Review::new(&config, &HashMap::new(), &["qa".to_owned()], &registry)
-            .expect("built")
-            .expect("on");
+        let review = Review::new(
+            setup(&toml).as_setup(),
+            &HashMap::new(),
+            &["qa".to_owned()],
+            &registry,
+        )
+        .expect("built")
+        .expect("on");
         (review, registry)
     }
 
@@ -429,12 +464,15 @@ mod tests {
     fn the_budget_paces_the_picks() {
         let dir = tempfile::tempdir().expect("dir");
         let toml = "[judge]\nsampled = \"llm\"\n[labels]\nenabled = true\n[review]\nenabled = true\nreviews_per_day = 100\n";
-        let config =
-            crate::config::Config::from_toml_with_env(toml, &HashMap::new()).expect("config");
         let registry = prometheus::Registry::new();
-        let review = Review::new(&config, &HashMap::new(), &["qa".to_owned()], &registry)
-            .expect("built")
-            .expect("on");
+        let review = Review::new(
+            setup(toml).as_setup(),
+            &HashMap::new(),
+            &["qa".to_owned()],
+            &registry,
+        )
+        .expect("built")
+        .expect("on");
         drop(dir);
         // 10,000 plain verdicts over a day: about 100 picks.
         let offline = verdict(JudgeKind::Offline, 1.0);

@@ -24,3 +24,16 @@ macro_rules! default_from_serde {
     )*};
 }
 pub(crate) use default_from_serde;
+
+/// The `[name]` table of a TOML text as its section type (the default when absent), unvalidated:
+/// how a test below the config builds the sections it reads without the whole file.
+#[cfg(test)]
+pub(crate) fn section<T: serde::de::DeserializeOwned + Default>(text: &str, name: &str) -> T {
+    let doc: toml::Table = toml::from_str(text).unwrap_or_else(|e| panic!("{e}"));
+    doc.get(name).map_or_else(T::default, |table| {
+        table
+            .clone()
+            .try_into()
+            .unwrap_or_else(|e| panic!("[{name}]: {e}"))
+    })
+}

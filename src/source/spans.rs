@@ -20,12 +20,12 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::Ingest;
 use crate::clock::now_ms;
-use crate::config::Config;
 use crate::events;
 use crate::metrics::Metrics;
 use crate::pipeline::{Disposition, Pipeline, Position};
 use crate::trace::DecodeError;
-use crate::trace::otlp::config::TraceFormat;
+use crate::trace::config::DecodeConfig;
+use crate::trace::otlp::config::{AssemblyConfig, TraceFormat};
 use crate::trace::otlp::{AddStats, Assembler, Completed, Outcome, SpanDrop, decode_request};
 
 /// The topic index of the tokens that stand for judge jobs (never a real topic index).
@@ -49,15 +49,17 @@ pub struct SpanIngest {
 }
 
 impl SpanIngest {
-    /// Span ingest feeding `pipeline`, with `config`'s format, preset and assembly bounds.
-    pub fn new(config: &Config, pipeline: Pipeline) -> Self {
+    /// Span ingest feeding `pipeline`, with `decode`'s format and preset and `assembly`'s bounds;
+    /// the attributes the pipeline's variants read are copied onto each trace.
+    pub fn new(decode: &DecodeConfig, assembly: &AssemblyConfig, pipeline: Pipeline) -> Self {
         let metrics = Arc::clone(&pipeline.shared().metrics);
+        let variants = &pipeline.shared().setup.variants;
         Self {
-            assembler: Assembler::new(&config.decode, &config.assembly)
-                .copying_attributes(config.variants.metadata_attributes()),
-            format: config.decode.format,
-            max_message_bytes: config.decode.max_message_bytes,
-            max_spans_per_message: config.assembly.max_spans_per_message,
+            assembler: Assembler::new(decode, assembly)
+                .copying_attributes(variants.metadata_attributes()),
+            format: decode.format,
+            max_message_bytes: decode.max_message_bytes,
+            max_spans_per_message: assembly.max_spans_per_message,
             pipeline,
             metrics,
             open: HashMap::new(),
@@ -318,13 +320,12 @@ mod tests {
     }
 
     fn ingest(judge: Option<mpsc::Sender<crate::pipeline::JudgeJob>>) -> SpanIngest {
-        let config = Config::from_toml_with_env(
-            "[decode]\nformat = \"otlp_proto\"\n[sample]\ndefault_rate = 1.0\n",
-            &HashMap::new(),
-        )
-        .unwrap();
-        let pipeline = Pipeline::new(&config, Shared::new(&config), judge);
-        SpanIngest::new(&config, pipeline)
+        let toml = "[decode]\nformat = \"otlp_proto\"\n[sample]\ndefault_rate = 1.0\n";
+        let decode: DecodeConfig = crate::section::fields::section(toml, "decode");
+        let sample = crate::section::fields::section(toml, "sample");
+        let shared = Shared::new(crate::recorder::RecorderSetup::default());
+        let pipeline = Pipeline::new(&decode, &sample, shared, judge);
+        SpanIngest::new(&decode, &AssemblyConfig::default(), pipeline)
     }
 
     #[test]

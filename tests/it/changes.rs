@@ -208,8 +208,8 @@ fn six_healthy_half_hours_list_no_suspect() {
         spread: 8,
     };
     let config = config(&[]);
-    let shared = Shared::new(&config);
-    let mut pipeline = Pipeline::new(&config, shared.clone(), None);
+    let shared = Shared::new(config.recorder_setup());
+    let mut pipeline = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     let changes = shared.changes().unwrap();
     let start = 1_800_000_000_000u64;
     let rate_per_sec = 4;
@@ -303,8 +303,8 @@ fn novelty_run(
         ("RAGWATCH__WINDOWS__BASELINE_SECS", "3600"),
         ("RAGWATCH__CHANGES__NOVELTY__KNOWN_AFTER_SECS", "600"),
     ]);
-    let shared = Shared::new(&config);
-    let mut pipeline = Pipeline::new(&config, shared.clone(), None);
+    let shared = Shared::new(config.recorder_setup());
+    let mut pipeline = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     let mut rng = StdRng::seed_from_u64(3);
     let questions_all: Vec<&str> = data
         .all

@@ -139,10 +139,15 @@ fn simulate(
 ) -> Run {
     let config = config(file);
     let llm = config.judge.sampled == ragwatch::judge::config::SampledJudge::Llm;
-    let shared = Shared::new(&config);
+    let shared = Shared::new(config.recorder_setup());
     let (tx, mut rx) = mpsc::channel::<JudgeJob>(1 << 20);
-    let mut pipeline = Pipeline::new(&config, shared.clone(), llm.then_some(tx));
-    export_thresholds(&config, &shared);
+    let mut pipeline = Pipeline::new(
+        &config.decode,
+        &config.sample,
+        shared.clone(),
+        llm.then_some(tx),
+    );
+    export_thresholds(&shared);
     let judges: Vec<JudgeKind> = if llm {
         vec![JudgeKind::Offline, JudgeKind::Llm]
     } else {
@@ -199,7 +204,7 @@ fn simulate(
             );
             run.judged += 1;
         }
-        evaluate_once(&config, &shared, &judges, now);
+        evaluate_once(&shared, &judges, now);
         let m = &shared.metrics;
         let mut rules = judges.clone();
         if llm {

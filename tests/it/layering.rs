@@ -8,7 +8,7 @@ use std::path::Path;
 /// Layers from the bottom up; a module may use its own layer and the ones before it.
 const LAYERS: &[&[&str]] = &[
     &["section", "dimensions", "clock"],
-    &["config"],
+    &[SECTIONS],
     &["trace", "redact"],
     &["eval", "audit"],
     &["sample", "judge", "window", "changes"],
@@ -18,8 +18,12 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline"],
     &["fleet"],
     &["source"],
+    &["config"],
     &["http", "app", "replay", "gate", "fuzzing", "rules"],
 ];
+
+/// The layer of every component's sections, wherever they sit beside their component.
+const SECTIONS: &str = "<component>/config.rs";
 
 fn layer(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
@@ -100,14 +104,15 @@ fn item_end(text: &str) -> usize {
     b.len()
 }
 
-/// The layer a `crate::` path names: its top module, or `config` for a path through a component's
-/// `config` module (`crate::source::kafka::config::KafkaConfig`): component configs are plain data
-/// in the config layer, wherever they sit beside their component.
+/// The layer a `crate::` path names: its top module, or [`SECTIONS`] for a path through a
+/// component's `config` module (`crate::source::kafka::config::KafkaConfig`): a component's
+/// sections are plain data on the floor above the ground, wherever they sit beside their
+/// component. `crate::config` itself, the whole file, is gathered above the components.
 fn named_module(path: &str) -> String {
     let head = path.split('{').next().unwrap_or("");
     let segments: Vec<&str> = head.split("::").map(str::trim).collect();
-    if segments.contains(&"config") {
-        "config".to_owned()
+    if segments[0] != "config" && segments.contains(&"config") {
+        SECTIONS.to_owned()
     } else {
         segments[0].to_owned()
     }
@@ -156,12 +161,12 @@ fn references(text: &str) -> BTreeSet<String> {
 }
 
 /// A component's config file (`<component>/config.rs`, or a `config/` folder beside it) is in the
-/// config layer: it holds the section's types, defaults and checks, and uses nothing above them.
+/// [`SECTIONS`] layer: it holds the section's types, defaults and checks, and uses nothing above them.
 fn file_layer_module(rel: &Path, top: &str) -> String {
     let in_config = rel.components().any(|c| c.as_os_str() == "config")
         || rel.file_name().is_some_and(|f| f == "config.rs");
-    if in_config {
-        "config".to_owned()
+    if top != "config" && in_config {
+        SECTIONS.to_owned()
     } else {
         top.to_owned()
     }
@@ -235,7 +240,7 @@ fn the_reference_scanner_sees_grouped_imports() {
     );
     assert_eq!(
         r.into_iter().collect::<Vec<_>>(),
-        vec!["clock", "config", "dimensions"]
+        vec![SECTIONS, "clock", "config", "dimensions"]
     );
 }
 

@@ -112,8 +112,10 @@ fn run(items: &[Item], seed: u64, biased: bool, days: usize) -> Run {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let config = Config::from_toml_with_env("", &env).unwrap();
-    let shared = Shared::new(&config);
-    shared.attach_review(&config, &HashMap::new()).unwrap();
+    let shared = Shared::new(config.recorder_setup());
+    shared
+        .attach_review(config.review_setup(), &HashMap::new())
+        .unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let start = 1_800_000_000_000u64;
     let day_ms = 86_400_000u64;

@@ -31,10 +31,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{Denied, Endpoint, TokenError, Tokens, authorize};
 use super::tls::{ReloadingTls, TlsError};
-use crate::config::Config;
 use crate::events::LogLimiter;
 use crate::metrics::Metrics;
 use crate::recorder::{LabelOutcome, Shared};
+use config::{RateLimitConfig, WriteConfig};
 
 /// Why the write listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +106,7 @@ struct ClientLimiter {
 }
 
 impl ClientLimiter {
-    fn new(config: &crate::http::write::config::RateLimitConfig) -> Option<ClientLimiter> {
+    fn new(config: &RateLimitConfig) -> Option<ClientLimiter> {
         let rate = std::num::NonZeroU32::new(config.requests_per_sec)?;
         let burst = std::num::NonZeroU32::new(config.burst).unwrap_or(rate);
         let quota = governor::Quota::per_second(rate).allow_burst(burst);
@@ -148,8 +148,8 @@ struct Credentials {
 }
 
 impl Credentials {
-    fn load(config: &Config, env: &HashMap<String, String>) -> Result<Self, WriteError> {
-        let auth = &config.write.auth;
+    fn load(config: &WriteConfig, env: &HashMap<String, String>) -> Result<Self, WriteError> {
+        let auth = &config.auth;
         let from_env = match env.get(&auth.tokens_env) {
             Some(v) => Tokens::parse(v)
                 .map_err(|e| WriteError::Tokens(format!("${}", auth.tokens_env), e.to_string()))?,
@@ -219,16 +219,16 @@ static REFUSED_LOG: LogLimiter = LogLimiter::new();
 /// Largest label request body; a reviewer tool posts batches, not archives.
 const MAX_LABEL_BODY_BYTES: usize = 4 << 20;
 
-/// Binds `config.write.listen` (writing the address to `write.port_file`) and serves `routes`
+/// Binds `config.listen` (writing the address to `write.port_file`) and serves `routes`
 /// until [`WriteServer::shutdown`]. Fails before binding when no credential is configured and
 /// unauthenticated writes are not allowed.
 pub fn spawn(
-    config: &Config,
+    config: &WriteConfig,
     env: &HashMap<String, String>,
     routes: WriteRoutes,
     metrics: Arc<Metrics>,
 ) -> Result<WriteServer, WriteError> {
-    let w = &config.write;
+    let w = config;
     let credentials = Arc::new(Credentials::load(config, env)?);
     let tokens = credentials.tokens();
     let tls = ReloadingTls::load(&w.tls)?.map(Arc::new);

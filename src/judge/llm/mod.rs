@@ -895,11 +895,7 @@ mod tests {
             redact: &Default::default(),
             records_kafka: None,
         };
-        let metrics = Arc::new(crate::metrics::Metrics::new(
-            &["default".to_owned()],
-            "judge",
-        ));
-        LlmJudge::try_new(setup, &HashMap::new(), metrics).unwrap()
+        LlmJudge::try_new(setup, &HashMap::new(), Arc::new(observer::Unobserved)).unwrap()
     }
 
     /// The budget refuses before anything is sent: a call larger than a minute's tokens, and a

@@ -34,3 +34,23 @@ pub trait LlmObserver: Send + Sync + std::fmt::Debug {
     /// Matches of a redaction pattern replaced in a trace about to be judged.
     fn redacted(&self, pattern: &str, matches: u64);
 }
+
+/// An observer that notes nothing: for the judge's own tests, which read the server's side.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct Unobserved;
+
+#[cfg(test)]
+impl LlmObserver for Unobserved {
+    fn spent(&self, _: &Usage, _: &[&'static str]) {}
+    fn part_failed(&self, _: &'static str, _: &'static str) {}
+    fn budget_left(&self, _: f64) {}
+    fn record_not_published(&self) {}
+    fn structured_output(&self, _: StructuredOutput) {}
+    fn hide_identity(&self, _: &str) -> Vec<IdentitySeries> {
+        Vec::new()
+    }
+    fn show_identity(&self, _: &IdentitySeries) {}
+    fn canary_agreement(&self, _: f64) {}
+    fn redacted(&self, _: &str, _: u64) {}
+}

@@ -204,8 +204,8 @@ fn library_view(setup: &Setup, generated: &Traffic) -> (BTreeMap<String, TraceIn
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     let config = Config::from_toml_with_env(&setup.text, &overrides).unwrap();
-    let shared = Shared::new(&config);
-    let pipeline = Pipeline::new(&config, shared.clone(), None);
+    let shared = Shared::new(config.recorder_setup());
+    let pipeline = Pipeline::new(&config.decode, &config.sample, shared.clone(), None);
     let mut sampler = Sampler::new(
         &config.sample,
         config.sample.min_window_secs(&config.windows),
