@@ -30,8 +30,6 @@ use crate::common::ragtruth::Data;
 use crate::common::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
 const RATE_PER_SEC: u64 = 5;
@@ -113,58 +111,35 @@ fn stream(
     changed: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-        let strata = strata();
-        let mut rngs: Vec<StdRng> = (0..strata.len())
-            .map(|i| StdRng::seed_from_u64(100 + i as u64))
-            .collect();
-        let tick = Duration::from_millis(1000 / RATE_PER_SEC);
-        let mut next = Instant::now();
-        let mut n = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            let now_changed = changed.load(Ordering::Relaxed);
-            for ((stratum, after), rng) in strata.iter().zip(rngs.iter_mut()) {
-                let share = if now_changed && *after == After::Drop {
-                    0.5
-                } else {
-                    0.9
-                };
-                let pool = if rng.random::<f64>() < share {
-                    &data.faithful
-                } else {
-                    &data.unfaithful
-                };
-                let mut trace = pool[rng.random_range(0..pool.len())].clone();
-                if now_changed && *after == After::Verbose {
-                    trace["answer"] = Value::from(verbose(&trace));
-                }
-                n += 1;
-                let id = format!("{stratum}-{n}");
-                trace["trace_id"] = Value::from(id.as_str());
-                trace["stratum"] = Value::from(stratum.as_str());
-                let payload = serde_json::to_vec(&trace).unwrap();
-                let mut record = BaseRecord::to(&topic).key(&id).payload(&payload);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((_, r)) => {
-                            record = r;
-                            producer.poll(Duration::from_millis(5));
-                        }
-                    }
-                }
+    let strata = strata();
+    let mut rngs: Vec<StdRng> = (0..strata.len())
+        .map(|i| StdRng::seed_from_u64(100 + i as u64))
+        .collect();
+    let mut n = 0u64;
+    stream_traces(brokers, topic, RATE_PER_SEC, stop, move || {
+        let now_changed = changed.load(Ordering::Relaxed);
+        let mut traces = Vec::with_capacity(strata.len());
+        for ((stratum, after), rng) in strata.iter().zip(rngs.iter_mut()) {
+            let share = if now_changed && *after == After::Drop {
+                0.5
+            } else {
+                0.9
+            };
+            let pool = if rng.random::<f64>() < share {
+                &data.faithful
+            } else {
+                &data.unfaithful
+            };
+            let mut trace = pool[rng.random_range(0..pool.len())].clone();
+            if now_changed && *after == After::Verbose {
+                trace["answer"] = Value::from(verbose(&trace));
             }
-            next += tick;
-            if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            n += 1;
+            trace["trace_id"] = Value::from(format!("{stratum}-{n}"));
+            trace["stratum"] = Value::from(stratum.as_str());
+            traces.push(trace);
         }
-        producer.flush(Duration::from_secs(5)).unwrap();
+        traces
     })
 }
 

@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 
 use super::RATE_PER_SEC;
-use crate::common::http_post;
 use crate::common::ragtruth::Data;
+use crate::common::{http_post, stream_traces};
 
 /// A reviewer: every 2 s, labels one trace in four of those sent before the previous round (so
 /// ragwatch has seen them) with the answer's human label, through `POST /v1/labels`. The label
@@ -66,19 +64,11 @@ pub(super) fn stream(
     sent: Arc<AtomicU64>,
     labels: Arc<Mutex<HashMap<String, bool>>>,
 ) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("linger.ms", "5")
-            .set("batch.num.messages", "1")
-            .create()
-            .unwrap();
-        let mut rng = StdRng::seed_from_u64(12);
-        let tick = Duration::from_millis(1000 / RATE_PER_SEC);
-        let mut next = Instant::now();
-        let mut n = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            for stratum in ["stable", "degrading"] {
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut n = 0u64;
+    stream_traces(brokers, topic, RATE_PER_SEC, stop, move || {
+        ["stable", "degrading"]
+            .map(|stratum| {
                 let share = if stratum == "degrading" && degraded.load(Ordering::Relaxed) {
                     0.5
                 } else {
@@ -94,26 +84,11 @@ pub(super) fn stream(
                 n += 1;
                 let id = format!("{stratum}-{n}");
                 trace["trace_id"] = Value::from(id.as_str());
-                labels.lock().unwrap().insert(id.clone(), faithful);
+                labels.lock().unwrap().insert(id, faithful);
                 trace["stratum"] = Value::from(stratum);
-                let payload = serde_json::to_vec(&trace).unwrap();
-                let mut record = BaseRecord::to(&topic).key(&id).payload(&payload);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((_, r)) => {
-                            record = r;
-                            producer.poll(Duration::from_millis(5));
-                        }
-                    }
-                }
                 sent.fetch_add(1, Ordering::Relaxed);
-            }
-            next += tick;
-            if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-        }
-        producer.flush(Duration::from_secs(5)).unwrap();
+                trace
+            })
+            .into()
     })
 }

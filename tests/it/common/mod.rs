@@ -17,6 +17,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -240,32 +242,73 @@ impl Drop for Broker {
     }
 }
 
-/// Produces `messages` (key, payload) and waits until all are acknowledged.
-pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+/// A producer to the test broker, one record per batch: tansu 0.6 answers a fetch that starts
+/// inside a record batch with the next batch, so a consumer resuming mid-batch would skip the batch
+/// tail.
+fn producer(brokers: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
-        // tansu 0.6 answers a fetch that starts inside a record batch with the next batch, so a
-        // consumer resuming mid-batch would skip the batch tail; one record per batch avoids it.
         .set("batch.num.messages", "1")
         .set("message.max.bytes", "10000000")
         .create()
-        .unwrap();
-    for (key, payload) in messages {
-        let mut record = BaseRecord::to(topic)
-            .key(key.as_str())
-            .payload(payload.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
-                }
+        .unwrap()
+}
+
+/// Queues one record, waiting while the producer's queue is full.
+fn send(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    key: &str,
+    payload: &[u8],
+) {
+    let mut record = BaseRecord::to(topic).key(key).payload(payload);
+    loop {
+        match producer.send(record) {
+            Ok(()) => break,
+            Err((_, r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(5));
             }
         }
     }
+}
+
+/// Produces `messages` (key, payload) and waits until all are acknowledged.
+pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
+    let producer = producer(brokers);
+    for (key, payload) in messages {
+        send(&producer, topic, key, payload);
+    }
     producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Produces, on a thread of its own, the traces `next` gives at each tick, `ticks_per_sec` ticks a
+/// second evenly spaced, until `stop`: live traffic at a steady rate while the test watches. Each
+/// trace is keyed by its `trace_id`.
+pub fn stream_traces(
+    brokers: String,
+    topic: String,
+    ticks_per_sec: u64,
+    stop: Arc<AtomicBool>,
+    mut next: impl FnMut() -> Vec<serde_json::Value> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let producer = producer(&brokers);
+        let tick = Duration::from_millis(1000 / ticks_per_sec);
+        let mut due = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            for trace in next() {
+                let id = trace["trace_id"].as_str().unwrap_or_default().to_owned();
+                send(&producer, &topic, &id, &serde_json::to_vec(&trace).unwrap());
+            }
+            due += tick;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        producer.flush(Duration::from_secs(5)).unwrap();
+    })
 }
 
 /// Produces `messages` on a thread of its own, `chunk` at a time with `pause` after each: a stream

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{check, kustomize, python, user_overlay};
 use crate::common::{pipe, repo, run_ok};
+use crate::generated::rules_out;
 
 #[test]
 fn rules_pass_promtool_check_and_unit_tests() {
@@ -67,20 +68,15 @@ fn a_kustomize_overlay_patches_in_the_tuned_rules() {
         .expect("docs/operations.md shows the tuned overlay");
     let block = &doc[start + "```yaml\n".len()..];
     let kustomization = block[..block.find("```").unwrap()].replace("../deploy/", "{repo}/deploy/");
+    // The command the overlay's comment gives, run with its own flags.
+    let command = kustomization
+        .lines()
+        .find_map(|l| l.strip_prefix("# ragwatch rules --out my-install "))
+        .expect("the overlay names the command that writes its patch");
+    let flags: Vec<&str> = command.split_whitespace().collect();
     let dir = user_overlay(&[("kustomization.yaml", &kustomization)]);
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
-            .args(["rules", "--out"])
-            .arg(dir.path())
-            .args([
-                "--rule-label",
-                "team=rag",
-                "--disable-alert",
-                "RagwatchNoTraces",
-                "--alert-threshold",
-                "RagwatchConsumerLagGrowing.lag_messages=50000",
-            ]),
-    );
+    let out = rules_out(dir.path(), &flags);
+    assert!(out.status.success(), "{out:?}");
     let rendered = kustomize(dir.path());
     let groups = |text: &str| -> Value {
         let out = pipe(
@@ -99,6 +95,6 @@ fn a_kustomize_overlay_patches_in_the_tuned_rules() {
     let tuned = groups(&std::fs::read_to_string(dir.path().join("rules.yaml")).unwrap());
     assert_eq!(groups(&rendered), tuned);
     assert!(!rendered.contains("alert: RagwatchNoTraces"));
-    assert!(rendered.contains("> 50000\n"));
+    assert!(rendered.contains("team: rag"), "the command's rule label");
     check("tuned overlay", &rendered);
 }

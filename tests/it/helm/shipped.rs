@@ -3,12 +3,12 @@
 //! rollout gates components/rollout-gates' objects pointed at the release.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
 use super::{objects, render, values_file};
-use crate::common::{repo, run_ok};
+use crate::common::repo;
+use crate::generated::{TUNING, rules_out};
 
 /// The PrometheusRule carries exactly deploy/prometheus/rules.yaml's groups, and the
 /// AlertmanagerConfig components/monitoring's spec with the hooks Secret the values name; both with
@@ -195,25 +195,17 @@ fn the_charts_rule_tuning_is_the_generators() {
         .find(|o| o["kind"] == "PrometheusRule")
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    run_ok(
-        Command::new(env!("CARGO_BIN_EXE_ragwatch"))
-            .args(["rules", "--out"])
-            .arg(dir.path())
-            .args([
-                "--rule-label",
-                "team=rag",
-                "--disable-alert",
-                "RagwatchNoTraces",
-                "--alert-for",
-                "RagwatchConsumerLagGrowing=30m",
-                "--alert-threshold",
-                "RagwatchConsumerLagGrowing.lag_messages=50000",
-                "--alert-threshold",
-                "RagwatchJudgeErrorsHigh.error_ratio=0.3",
-                "--group-interval",
-                "1m",
-            ]),
-    );
+    // The values file tunes what `ragwatch rules` does with these flags.
+    let flags = [
+        &TUNING[..],
+        &[
+            "--alert-threshold",
+            "RagwatchJudgeErrorsHigh.error_ratio=0.3",
+        ],
+    ]
+    .concat();
+    let out = rules_out(dir.path(), &flags);
+    assert!(out.status.success(), "{out:?}");
     let mut expected = objects(&std::fs::read_to_string(dir.path().join("rules.yaml")).unwrap())
         .pop()
         .unwrap()["groups"]
