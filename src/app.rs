@@ -92,25 +92,7 @@ pub async fn run(
         }
         None => None,
     };
-    let ready = Arc::new(AtomicBool::new(false));
-    let server_stop = CancellationToken::new();
-    let admin = AdminState {
-        metrics: Arc::clone(&shared.metrics),
-        ready: Arc::clone(&ready),
-        suspects: http::SuspectsState {
-            shared: shared.clone(),
-            judges: config.judge.verdict_judges(),
-            windows: (config.windows.short_secs, config.windows.baseline_secs),
-        },
-    };
-    let (addr, server) = http::spawn(&config.http.listen, admin, server_stop.clone())
-        .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
-    tracing::info!(%addr, "admin server listening");
-    if let Some(path) = &config.http.port_file
-        && let Err(e) = std::fs::write(path, addr.to_string())
-    {
-        tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
-    }
+    let admin = Admin::start(&config, &shared)?;
 
     let mut fleet = Fleet::join(
         &config.fleet,
@@ -168,28 +150,7 @@ pub async fn run(
     let labels_stop = stop.child_token();
     let label_source = spawn_label_source(&config, &env, &shared, &labels_stop);
 
-    // The write listener: the OTLP receiver's route (whose requests the source below takes) and
-    // the labels endpoint, each when on. It stops when the source ends.
-    let (traces, otlp) = if kind == SourceKind::Otlp {
-        let (routes, receiver) = OtlpReceiver::routes(
-            &config.otlp,
-            config.assembly.max_spans_per_message,
-            Arc::clone(&shared.metrics),
-        );
-        (Some(routes), Some(receiver))
-    } else {
-        (None, None)
-    };
-    let write = if config.write_listener_needed() {
-        let routes = WriteRoutes {
-            traces,
-            labels: config.labels.enabled.then(|| shared.clone()),
-        };
-        let server = http::write::spawn(&config.write, &env, routes, Arc::clone(&shared.metrics))?;
-        Some(server)
-    } else {
-        None
-    };
+    let (otlp, write) = start_write_listener(&config, &env, &shared, kind)?;
 
     let pipeline = stage.pipeline(Pipeline::new(
         &config.decode,
@@ -197,7 +158,7 @@ pub async fn run(
         shared.clone(),
         jobs_tx,
     ));
-    ready.store(true, Ordering::Relaxed);
+    admin.ready.store(true, Ordering::Relaxed);
     tracing::info!(source = ?kind, format = ?config.decode.format, strata = ?shared.stratifier.names(), "ragwatch running");
 
     // Each arm owns the pipeline and drops it when its source ends, which closes the judge queue.
@@ -226,46 +187,119 @@ pub async fn run(
             .await
         }
     };
-    ready.store(false, Ordering::Relaxed);
+    admin.ready.store(false, Ordering::Relaxed);
     if let Some(write) = write {
         write.shutdown().await;
     }
     labels_stop.cancel();
     fleet_stop.cancel();
-    // A panicked task is a failed run (exit 1), never a quiet one: log it and report the first.
-    let mut failed: Option<RunError> = None;
-    let mut check = |task: &'static str, joined: Result<(), tokio::task::JoinError>| {
-        if let Err(e) = joined {
-            tracing::error!(task, error = %e, "task failed");
-            failed.get_or_insert(RunError::Task(task, e.to_string()));
-        }
-    };
-    if let Some(stage) = stage.task {
-        check("classifier stage", stage.await);
-    }
-    if let Some(pool) = pool {
-        check("judge pool", pool.await);
-    }
+    let mut joined = Joined::default();
+    joined.task("classifier stage", stage.task).await;
+    joined.task("judge pool", pool).await;
     export_stop.cancel();
-    if let Some(export) = export {
-        check("verdict export", export.await);
-    }
-    if let Some(labels) = label_source {
-        check("label source", labels.await);
-    }
-    if let Some(peers) = peers {
-        check("peer watcher", peers.await);
-    }
-    check("budget share", follower.await);
+    joined.task("verdict export", export).await;
+    joined.task("label source", label_source).await;
+    joined.task("peer watcher", peers).await;
+    joined.task("budget share", Some(follower)).await;
     abandon_timer.abort();
     evaluator_stop.cancel();
-    check("evaluator", evaluator.await);
+    joined.task("evaluator", Some(evaluator)).await;
     crate::recorder::evaluate_once(&shared, &judges, crate::clock::now_ms());
-    server_stop.cancel();
-    let _ = tokio::task::spawn_blocking(move || server.join()).await;
+    admin.stop().await;
     tracing::info!("ragwatch stopped");
     result.map_err(RunError::from)?;
-    failed.map_or(Ok(()), Err)
+    joined.0.map_or(Ok(()), Err)
+}
+
+/// The first task that panicked, once the tasks are joined: a panicked task is a failed run
+/// (exit 1), never a quiet one. Each is logged.
+#[derive(Default)]
+struct Joined(Option<RunError>);
+
+impl Joined {
+    /// Waits for `handle`, when the task was started.
+    async fn task(&mut self, task: &'static str, handle: Option<tokio::task::JoinHandle<()>>) {
+        let Some(handle) = handle else { return };
+        if let Err(e) = handle.await {
+            tracing::error!(task, error = %e, "task failed");
+            self.0.get_or_insert(RunError::Task(task, e.to_string()));
+        }
+    }
+}
+
+/// The admin server (`/metrics`, `/livez`, `/readyz`, `/v1/suspects`), on a thread of its own;
+/// it stops last, so a final scrape still sees the counts.
+struct Admin {
+    /// What `/readyz` answers: true while the source runs.
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+    server: std::thread::JoinHandle<()>,
+}
+
+impl Admin {
+    /// Binds `http.listen` and writes the address to `http.port_file` when set.
+    fn start(config: &Config, shared: &Shared) -> Result<Self, RunError> {
+        let ready = Arc::new(AtomicBool::new(false));
+        let stop = CancellationToken::new();
+        let state = AdminState {
+            metrics: Arc::clone(&shared.metrics),
+            ready: Arc::clone(&ready),
+            suspects: http::SuspectsState {
+                shared: shared.clone(),
+                judges: config.judge.verdict_judges(),
+                windows: (config.windows.short_secs, config.windows.baseline_secs),
+            },
+        };
+        let (addr, server) = http::spawn(&config.http.listen, state, stop.clone())
+            .map_err(|e| RunError::Listen(config.http.listen.clone(), e))?;
+        tracing::info!(%addr, "admin server listening");
+        if let Some(path) = &config.http.port_file
+            && let Err(e) = std::fs::write(path, addr.to_string())
+        {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write port file");
+        }
+        Ok(Self {
+            ready,
+            stop,
+            server,
+        })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let server = self.server;
+        let _ = tokio::task::spawn_blocking(move || server.join()).await;
+    }
+}
+
+/// The write listener, when the OTLP receiver or the labels endpoint is on: the receiver's route
+/// (whose requests the source takes, returned beside it) and the labels endpoint. It stops when
+/// the source ends.
+fn start_write_listener(
+    config: &Config,
+    env: &HashMap<String, String>,
+    shared: &Shared,
+    kind: SourceKind,
+) -> Result<(Option<OtlpReceiver>, Option<http::write::WriteServer>), RunError> {
+    let (traces, otlp) = if kind == SourceKind::Otlp {
+        let (routes, receiver) = OtlpReceiver::routes(
+            &config.otlp,
+            config.assembly.max_spans_per_message,
+            Arc::clone(&shared.metrics),
+        );
+        (Some(routes), Some(receiver))
+    } else {
+        (None, None)
+    };
+    if !config.write_listener_needed() {
+        return Ok((otlp, None));
+    }
+    let routes = WriteRoutes {
+        traces,
+        labels: config.labels.enabled.then(|| shared.clone()),
+    };
+    let server = http::write::spawn(&config.write, env, routes, Arc::clone(&shared.metrics))?;
+    Ok((otlp, Some(server)))
 }
 
 /// The sampled judge `judge.sampled` names, with the judges whose verdicts the evaluator exports
