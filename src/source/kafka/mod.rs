@@ -45,7 +45,9 @@
 pub mod config;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use futures::{FutureExt, StreamExt};
 use rdkafka::config::ClientConfig;
