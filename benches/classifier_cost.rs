@@ -13,8 +13,8 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::Path;
-use std::time::Instant;
 
+use ragwatch::clock::Instant;
 use ragwatch::judge::classifier::Classifier;
 use ragwatch::trace::{Decoder, Trace};
 

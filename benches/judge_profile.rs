@@ -43,7 +43,7 @@ fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(5);
     let judge = OfflineJudge::default();
-    let started = std::time::Instant::now();
+    let started = ragwatch::clock::Instant::now();
     let cpu_started = thread_cpu_secs();
     let mut sum = 0.0;
     for _ in 0..rounds {

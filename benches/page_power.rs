@@ -64,9 +64,10 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
+use ragwatch::clock::Instant;
 use ragwatch::config::Config;
 use ragwatch::dimensions::{JudgeKind, Quality};
 use ragwatch::window::scan::{self, DEFAULT_PAGE_LLR, Evidence};

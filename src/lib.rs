@@ -41,7 +41,7 @@
 //! eval, audit                          AUROC, agreement and retrieval figures; the judge audit
 //! trace, redact                        the trace model and its decoder; OTLP span assembly; redaction
 //! <component>/config.rs                each component's sections: plain data, defaults, own checks
-//! section, dimensions, clock           what sections are built from (problems, defaults); the bounded label values; the wall clock
+//! section, dimensions, clock           what sections are built from (problems, defaults); the bounded label values; the wall and monotonic clocks
 //! ```
 //! A new judge metric: a variant of [`dimensions::Quality`] with its row in `Quality::spec` (histogram
 //! name, help, built-in floor and drop), the judges that score it, and the docs; its config keys,
@@ -53,7 +53,7 @@
 //! # Modules
 //! - [`dimensions`]: the bounded sets Prometheus labels take their values from: quality metric,
 //!   judge, stratum, skip reason. ("Labels" elsewhere are human labels: `[labels]`, `/v1/labels`.)
-//! - `clock`: the wall clock, read in one place.
+//! - [`clock`]: the wall and monotonic clocks, read in one place.
 //! - [`section`]: what every config section is built from: the problems its check adds to (and
 //!   [`section::problems::ConfigError`]), serde defaults and the label check.
 //! - [`config`]: composes the sections into one [`config::Config`]: TOML, `RAGWATCH__SECTION__KEY`
@@ -109,7 +109,7 @@
 pub mod app;
 pub mod audit;
 pub mod changes;
-pub(crate) mod clock;
+pub mod clock;
 pub mod config;
 pub mod dimensions;
 pub mod eval;

@@ -740,7 +740,7 @@ fn replay(
                 return ExitCode::from(2);
             }
         };
-        let started = std::time::Instant::now();
+        let started = ragwatch::clock::Instant::now();
         let second = llm
             .as_ref()
             .map(ragwatch::replay::ReplayJudge::Llm)

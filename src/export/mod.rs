@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::dimensions::VerdictLabel;
@@ -477,7 +476,7 @@ async fn next_batch(
             _ = stop.cancelled() => {}
         }
     }
-    let deadline = Instant::now() + Duration::from_millis(config.batch_delay_ms);
+    let deadline = crate::clock::Instant::now() + Duration::from_millis(config.batch_delay_ms);
     while batch.len() < config.batch_max {
         if stop.is_cancelled() {
             match rx.try_recv() {
@@ -878,7 +877,7 @@ mod tests {
         let stop = CancellationToken::new();
         let run = tokio::spawn(tasks.run(stop.clone()));
         let offline = Verdict::with_faithfulness(JudgeKind::Offline, 0.2);
-        let started = std::time::Instant::now();
+        let started = crate::clock::Instant::now();
         for _ in 0..1000 {
             exporter.verdict("default", &trace(Some(SPAN)), &offline);
         }

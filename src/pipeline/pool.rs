@@ -6,13 +6,14 @@
 //! `shutdown` and not acked, so their offsets stay uncommitted and they are redelivered.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{JudgeJob, Position};
+use crate::clock::Instant;
 use crate::dimensions::JudgeKind;
 use crate::dimensions::SkipReason;
 use crate::events;
@@ -233,8 +234,6 @@ mod tests {
     //! connections and never answers (so only the grace deadline ends the drain).
 
     use std::collections::HashMap;
-
-    use tokio::time::Instant;
 
     use super::*;
     use crate::judge::llm::loopback::{Loopback, Reply};

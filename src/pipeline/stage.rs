@@ -7,13 +7,13 @@
 //! judged), and the stage acks every trace it does not hand on.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::pool::{serve_queue, skip_shutdown};
 use super::{JudgeJob, Position, offer};
+use crate::clock::Instant;
 use crate::dimensions::JudgeKind;
 use crate::judge::classifier::Classifier;
 use crate::recorder::Shared;

@@ -10,6 +10,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncSeekExt, BufRe
 use tokio_util::sync::CancellationToken;
 
 use super::{Ingest, SourceError};
+use crate::clock::Instant;
 use crate::source::config::{SourceConfig, SourceKind};
 use crate::trace::config::DecodeConfig;
 use crate::trace::otlp::config::TraceFormat;
@@ -118,7 +119,7 @@ async fn run_file_source<I: Ingest>(
     let max_message_bytes = decode.max_message_bytes;
     let period =
         (config.rate_per_sec > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate_per_sec));
-    let mut next = tokio::time::Instant::now();
+    let mut next = Instant::now();
     let mut buf = Vec::with_capacity(8 * 1024);
     // One byte over the limit is enough for the decoder to see the line is too large.
     let keep = max_message_bytes.saturating_add(1);
@@ -190,7 +191,7 @@ async fn read_all<R: AsyncBufRead + Unpin, I: Ingest>(
     buf: &mut Vec<u8>,
     keep: usize,
     period: Option<Duration>,
-    next: &mut tokio::time::Instant,
+    next: &mut Instant,
     pipeline: &mut I,
     stop: &CancellationToken,
     lines: &mut u64,

@@ -3,10 +3,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::clock::Instant;
 use crate::judge::Verdict;
 use crate::trace::Trace;
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
+use crate::clock::Instant;
 use crate::dimensions::JudgeOutcome;
 use crate::judge::llm::config::{EmbeddingEncoding, LlmConfig, StructuredOutput};
 

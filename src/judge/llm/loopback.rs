@@ -17,7 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
-use tokio::time::Instant;
+
+use crate::clock::Instant;
 
 /// What the server answers.
 #[derive(Debug, Clone, Copy)]

@@ -47,11 +47,12 @@ pub(crate) use prompt::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::{Citations, JudgeKind, PerQuality, Quality, Verdict, clean_score};
+use crate::clock::Instant;
 use crate::dimensions::JudgeOutcome;
 use crate::judge::llm::config::{BudgetConfig, FaithfulnessMode, LlmConfig, StructuredOutput};
 use crate::trace::Trace;
@@ -92,7 +93,7 @@ struct CallLog {
     admission: Admission,
     /// Everything for the trace finishes by then; replay moves it by the time spent waiting for
     /// the budget.
-    deadline: tokio::time::Instant,
+    deadline: Instant,
     retries: Vec<&'static str>,
     parts: Vec<PartFailure>,
     budget_wait: Duration,
@@ -101,7 +102,7 @@ struct CallLog {
 }
 
 impl CallLog {
-    fn new(admission: Admission, deadline: tokio::time::Instant) -> Self {
+    fn new(admission: Admission, deadline: Instant) -> Self {
         Self {
             raw: Vec::new(),
             usage: Usage::default(),
@@ -353,8 +354,8 @@ impl LlmJudge {
         let placeholder = self.identity();
         let withdrawn = self.observer.hide_identity(&placeholder);
         let probe = Probe::new();
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(self.config.trace_deadline_ms.min(30_000));
+        let deadline =
+            Instant::now() + Duration::from_millis(self.config.trace_deadline_ms.min(30_000));
         let mut log = CallLog::new(Admission::Skip { priority: true }, deadline);
         loop {
             let mode = self.mode.current();
@@ -476,8 +477,7 @@ impl LlmJudge {
     async fn judge_with(&self, trace: &Trace, admission: Admission) -> Result<Verdict, LlmError> {
         let key = VerdictCache::key(trace);
         let started = Instant::now();
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
+        let deadline = Instant::now() + Duration::from_millis(self.config.trace_deadline_ms);
         let mut log = CallLog::new(admission, deadline);
         // The API, the raw outputs and the records see the redacted texts only.
         let mut counts = crate::redact::Counts::new();
@@ -759,7 +759,7 @@ impl LlmJudge {
             }
             Admission::Wait => true,
         };
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         let _turn = self.admission.lock().await;
         let result = loop {
             match self.budget.charge_or_wait(estimate, priority) {
@@ -853,9 +853,7 @@ impl LlmJudge {
             match parse(&out.content) {
                 Ok(v) => return Ok(v),
                 Err(error)
-                    if repair.is_none()
-                        && tries.left > 0
-                        && tokio::time::Instant::now() < log.deadline =>
+                    if repair.is_none() && tries.left > 0 && Instant::now() < log.deadline =>
                 {
                     log.retries.push("malformed");
                     repair = Some((out.content, error));

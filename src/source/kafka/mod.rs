@@ -12,23 +12,29 @@
 //! just as long and comes back as a stranger.
 //!
 //! # Rebalance protocol
-//! librdkafka serves a rebalance inside `recv()`, that is on the task running the loop below, a
-//! tokio worker thread: `pre_rebalance`, then assign or unassign, then `post_rebalance`. Whatever
-//! these callbacks wait for, the worker waits for, so they do no I/O: they log, drop the lag series
-//! of revoked partitions, and send an `Assignment` to the loop.
-//! 1. Revoke. The loop stores offsets as traces are accounted for, and it is the loop that is inside
-//!    `recv()`, so everything accounted for is already stored when the callback runs. After it
-//!    returns, librdkafka unassigns the partitions and, `enable.auto.commit` being on, commits their
-//!    stored offsets itself; it does not rejoin the group before that commit completes. So the next
-//!    owner starts after what this replica accounted for, and no commit runs in the callback. The
-//!    loop then forgets the partitions: judge work still in flight for them is redelivered to the
-//!    next owner (at-least-once) and its late acks are ignored.
-//! 2. Assign. The loop tracks the partitions afresh, from the committed offset. A blocking task
-//!    (`spawn_blocking`) asks the broker how many partitions the topics have; when the answer comes
-//!    back the loop sends this replica's share of the fleet (held / all, [`crate::fleet::ShareTx`];
-//!    the judge side rescales its budget) and sets `ragwatch_kafka_topic_partitions`.
-//! 3. Shutdown. The final synchronous commit and the consumer's close (which leaves the group when
-//!    membership is dynamic) run on a blocking thread too.
+//! One run of the consumer is a [`Consumption`]: its [`run`](Consumption::run) loop waits for the
+//! next event and hands it to the method of its kind. librdkafka serves a rebalance inside
+//! `recv()` (the message stream's poll in that loop), that is on the task running the loop, a tokio
+//! worker thread: `pre_rebalance`, then assign or unassign, then `post_rebalance`. Whatever these
+//! callbacks wait for, the worker waits for, so they do no I/O: they log, drop the lag series of
+//! revoked partitions, and send an `Assignment` to [`Consumption::assignment`].
+//! 1. Revoke. Offsets are stored as traces are accounted for ([`Consumption::messages`],
+//!    [`Consumption::ack`], [`Consumption::assembly_tick`]), on the task that is inside `recv()`,
+//!    so everything accounted for is already stored when the callback runs. After it returns,
+//!    librdkafka unassigns the partitions and, `enable.auto.commit` being on, commits their stored
+//!    offsets itself; it does not rejoin the group before that commit completes. So the next owner
+//!    starts after what this replica accounted for, and no commit runs in the callback.
+//!    [`Consumption::assignment`] then forgets the partitions: judge work still in flight for them
+//!    is redelivered to the next owner (at-least-once) and its late acks are ignored.
+//! 2. Assign. [`Consumption::assignment`] tracks the partitions afresh, from the committed offset,
+//!    and marks the partition count stale; at the next [`Consumption::idle_tick`] a blocking task
+//!    (`spawn_blocking`) asks the broker how many partitions the topics have. When the answer comes
+//!    back, [`Consumption::partition_count`] sends this replica's share of the fleet (held / all,
+//!    on the [`crate::fleet::ShareTx`] the source owns; the judge side rescales its budget) and
+//!    sets `ragwatch_kafka_topic_partitions`.
+//! 3. Shutdown. [`Consumption::shutdown`] closes the judge queue, takes the acks still to come and
+//!    runs the final synchronous commit on a blocking thread; the consumer's close (which leaves
+//!    the group when membership is dynamic) runs on one too.
 //!
 //! With OTLP formats a message holds spans of several traces and a trace's spans may sit in several
 //! messages ([`super::SpanIngest`]): a message counts as accounted for only when every trace with
@@ -39,15 +45,17 @@
 pub mod config;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use futures::{FutureExt, StreamExt};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, MessageStream, Rebalance, StreamConsumer,
 };
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -363,22 +371,6 @@ fn count_partitions(
     });
 }
 
-/// The judge budget is for the fleet (`fleet.membership = "partitions"`): this replica spends the
-/// share of partitions it holds.
-fn send_share(membership: &Membership, share_tx: Option<&ShareTx>) {
-    let (Some(share), Some(tx)) = (membership.share(), share_tx) else {
-        return;
-    };
-    if tx.send(share) {
-        tracing::info!(
-            held = membership.held.len(),
-            total = membership.topic_partitions,
-            share,
-            "partition share"
-        );
-    }
-}
-
 /// A Kafka consumer group: `source.kind = "kafka"`.
 #[derive(Debug)]
 pub(crate) struct KafkaSource<'a> {
@@ -400,35 +392,41 @@ impl<I: Ingest> super::Source<I> for KafkaSource<'_> {
         ingest: &mut I,
         stop: &CancellationToken,
     ) -> impl std::future::Future<Output = Result<u64, SourceError>> {
-        run_kafka_source(
-            self.config,
-            self.env,
-            ingest,
-            self.metrics,
-            self.acks,
-            self.share_tx,
-            stop,
-        )
+        run_kafka_source(self, ingest, stop)
     }
 }
 
-/// Messages taken from librdkafka's queue in one run, before the loop looks at its other events.
+/// Messages taken from librdkafka's queue in one call of [`Consumption::messages`], before the loop
+/// looks at its other events.
 const DRAIN: usize = 64;
 
 /// Runs the consumer until `stop`; then stops consuming, waits for the sampled judge's acks (the
 /// caller bounds that by cancelling the judge pool at the grace deadline), stores and commits.
 async fn run_kafka_source<I: Ingest>(
-    config: &KafkaConfig,
-    env: &HashMap<String, String>,
+    source: KafkaSource<'_>,
     pipeline: &mut I,
-    metrics: Arc<Metrics>,
-    mut ack_rx: mpsc::UnboundedReceiver<Position>,
-    share_tx: Option<ShareTx>,
     stop: &CancellationToken,
 ) -> Result<u64, SourceError> {
-    let (consumer, mut assignment_rx, instance_id) =
-        subscribe(config, &config.group_id, &config.topics, env, &metrics)?;
-    let topics = &config.topics;
+    let config = source.config;
+    let (consumer, assignments, instance_id) = subscribe(
+        config,
+        &config.group_id,
+        &config.topics,
+        source.env,
+        &source.metrics,
+    )?;
+    started(config, &source.metrics, instance_id.as_deref());
+    let mut consumption = Consumption::new(source, &consumer, assignments, pipeline, stop);
+    consumption.ask_partition_count();
+    let fatal = consumption.run().await;
+    let outcome = consumption.shutdown(fatal, instance_id.as_deref()).await;
+    // Nothing borrows the consumer any more: this is its last reference (see `close`).
+    close(consumer).await;
+    outcome
+}
+
+/// The consumer's gauges and error series at their start, and the line saying who joined.
+fn started(config: &KafkaConfig, metrics: &Metrics, instance_id: Option<&str>) {
     metrics
         .kafka
         .session_timeout
@@ -439,163 +437,299 @@ async fn run_kafka_source<I: Ingest>(
     }
     tracing::info!(
         brokers = %config.brokers,
-        topics = ?topics,
+        topics = ?config.topics,
         group = %config.group_id,
-        instance = instance_id.as_deref().unwrap_or("(dynamic membership)"),
+        instance = instance_id.unwrap_or("(dynamic membership)"),
         session_timeout_ms = config.session_timeout_ms,
         "kafka source started"
     );
+}
 
-    let mut stored = Stored {
-        consumer: &consumer,
-        topics: &config.topics,
-        tracker: OffsetTracker::new(),
-        released: Vec::new(),
-    };
-    let mut membership = Membership::new(Instant::now());
-    let (count_tx, mut count_rx) = mpsc::unbounded_channel();
-    count_partitions(&consumer, &config.topics, &count_tx);
-    let mut counting = true;
-    let mut count_stale = false;
-    let mut received = 0u64;
-    let mut fatal = None;
-    let mut last_message = Instant::now();
-    let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
-    // Span assembly's idle timeouts are checked this often (a no-op for native traces).
-    let mut assembly_tick = tokio::time::interval(Duration::from_millis(200));
-    assembly_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // One stream for the whole run: `recv()` would register and drop a waker slot per message.
-    let mut messages = consumer.stream();
-    'consume: loop {
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => break 'consume,
-            Some(change) = assignment_rx.recv() => {
-                let now = Instant::now();
-                match change {
-                    Assignment::Revoked(list) => {
-                        stored.forget(&list, pipeline);
-                        membership.revoked(&list, now);
-                    }
-                    // A fresh assignment starts from the committed offset: no state carries over.
-                    Assignment::Assigned(list) => {
-                        stored.forget(&list, pipeline);
-                        membership.assigned(&list, now);
-                        // The topics may have grown (which is what makes the group rebalance).
-                        count_stale = true;
-                    }
-                }
-                membership.publish(&metrics, now);
-                send_share(&membership, share_tx.as_ref());
+/// One run of the trace consumer, from its subscription to its last commit: the state its events
+/// change. [`Self::run`] waits for the next event and hands it to its method; each method is one
+/// kind of event.
+struct Consumption<'a, I> {
+    consumer: &'a Arc<Source>,
+    topics: &'a [String],
+    pipeline: &'a mut I,
+    stop: &'a CancellationToken,
+    stored: Stored<'a>,
+    membership: Membership,
+    /// What the rebalance callbacks report.
+    assignments: mpsc::UnboundedReceiver<Assignment>,
+    /// Positions the sampled judge is done with.
+    acks: mpsc::UnboundedReceiver<Position>,
+    /// Where the blocking metadata task answers (see [`count_partitions`]), and its receiver.
+    count_tx: mpsc::UnboundedSender<KafkaResult<usize>>,
+    count_rx: mpsc::UnboundedReceiver<KafkaResult<usize>>,
+    /// A partition count is being fetched.
+    counting: bool,
+    /// The partition count may be out of date (an assignment came, or the last fetch failed): it
+    /// is fetched again at the next idle tick with none under way.
+    count_stale: bool,
+    /// Messages read.
+    received: u64,
+    last_message: Instant,
+    metrics: Arc<Metrics>,
+    /// This replica's share of the fleet: the channel the source owns, followed by the judge side.
+    share_tx: Option<ShareTx>,
+}
+
+impl<'a, I: Ingest> Consumption<'a, I> {
+    fn new(
+        source: KafkaSource<'a>,
+        consumer: &'a Arc<Source>,
+        assignments: mpsc::UnboundedReceiver<Assignment>,
+        pipeline: &'a mut I,
+        stop: &'a CancellationToken,
+    ) -> Self {
+        let topics = source.config.topics.as_slice();
+        let (count_tx, count_rx) = mpsc::unbounded_channel();
+        Self {
+            consumer,
+            topics,
+            pipeline,
+            stop,
+            stored: Stored {
+                consumer,
+                topics,
+                tracker: OffsetTracker::new(),
+                released: Vec::new(),
             },
-            Some(count) = count_rx.recv() => {
-                counting = false;
-                match count {
-                    Ok(n) => {
-                        membership.topic_partitions = Some(n);
-                        membership.publish(&metrics, Instant::now());
-                        send_share(&membership, share_tx.as_ref());
-                    }
-                    Err(e) => {
-                        count_stale = true;
-                        tracing::warn!(error = %e, "cannot read the topics' partition count; keeping the partition share");
-                    }
-                }
-            },
-            Some(token) = ack_rx.recv() => {
-                pipeline.ack(token, &mut stored.released);
-                stored.release();
-            }
-            _ = assembly_tick.tick() => {
-                pipeline.tick(&mut stored.released);
-                stored.release();
-            }
-            _ = idle_tick.tick() => {
-                metrics.source.idle_seconds.set(last_message.elapsed().as_secs_f64());
-                membership.publish(&metrics, Instant::now());
-                if count_stale && !counting {
-                    count_stale = false;
-                    counting = true;
-                    count_partitions(&consumer, &config.topics, &count_tx);
-                }
-            }
-            msg = messages.next() => {
-                // Messages librdkafka has already fetched are taken here, up to `DRAIN`, without a
-                // pass through every branch above per message; a revocation, an ack or the stop
-                // waiting ends the run, and the next pass serves it first.
-                let mut next = msg;
-                let (mut taken, before) = (0, received);
-                while let Some(msg) = next.take() {
-                    match msg {
-                        Ok(m) => {
-                            received += 1;
-                            let pos = Position { stream: stored.stream(m.topic()), partition: m.partition(), offset: m.offset() };
-                            let done = pipeline.message(m.payload().unwrap_or_default(), Some(pos), &mut stored.released) == Disposition::Done;
-                            stored.received(pos, done);
-                        }
-                        // The client cannot go on (another live member took this group.instance.id, say).
-                        Err(KafkaError::MessageConsumptionFatal(code)) => {
-                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
-                            fatal = Some(code);
-                            break 'consume;
-                        }
-                        Err(e) => {
-                            metrics.kafka.errors.with_label_values(&["consume"]).inc();
-                            if let Some(suppressed) = ERROR_LOG.allow() {
-                                tracing::warn!(error = %e, suppressed, "kafka receive error");
-                            }
-                        }
-                    }
-                    taken += 1;
-                    if taken < DRAIN
-                        && assignment_rx.is_empty()
-                        && ack_rx.is_empty()
-                        && !stop.is_cancelled()
-                    {
-                        next = messages.next().now_or_never().flatten();
-                    }
-                }
-                if received > before {
-                    last_message = Instant::now();
-                }
-            },
+            membership: Membership::new(Instant::now()),
+            assignments,
+            acks: source.acks,
+            count_tx,
+            count_rx,
+            counting: false,
+            count_stale: false,
+            received: 0,
+            last_message: Instant::now(),
+            metrics: source.metrics,
+            share_tx: source.share_tx,
         }
     }
-    drop(messages);
-    // Stop consuming: close the judge queue, then take acks until the pool is done or abandoned.
-    pipeline.close_queue();
-    if let Some(code) = fatal {
-        let hint = if code == RDKafkaErrorCode::FencedInstanceId {
-            "another live member uses this group instance id: give each replica its own \
-             (kafka.group_instance_id, $POD_NAME)"
-        } else {
-            "the consumer cannot continue"
+
+    /// Consumes until `stop` or a fatal consumer error, whose code it returns. `biased`: the stop
+    /// first, then rebalances, partition counts, acks and ticks, and messages last.
+    async fn run(&mut self) -> Option<RDKafkaErrorCode> {
+        let mut idle_tick = tokio::time::interval(Duration::from_secs(1));
+        // Span assembly's idle timeouts are checked this often (a no-op for native traces).
+        let mut assembly_tick = tokio::time::interval(Duration::from_millis(200));
+        assembly_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One stream for the whole run: `recv()` would register and drop a waker slot per message.
+        let consumer = self.consumer;
+        let mut messages = consumer.stream();
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return None,
+                Some(change) = self.assignments.recv() => self.assignment(change),
+                Some(count) = self.count_rx.recv() => self.partition_count(count),
+                Some(position) = self.acks.recv() => self.ack(position),
+                _ = assembly_tick.tick() => self.assembly_tick(),
+                _ = idle_tick.tick() => self.idle_tick(),
+                first = messages.next() => {
+                    if let Some(code) = self.messages(first, &mut messages) {
+                        return Some(code);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A rebalance callback's change. Revoked partitions are forgotten: judge work still in flight
+    /// for them is redelivered to their next owner and its late acks are ignored. A fresh
+    /// assignment starts from the committed offset: no state carries over.
+    fn assignment(&mut self, change: Assignment) {
+        let now = Instant::now();
+        match change {
+            Assignment::Revoked(list) => {
+                self.stored.forget(&list, self.pipeline);
+                self.membership.revoked(&list, now);
+            }
+            Assignment::Assigned(list) => {
+                self.stored.forget(&list, self.pipeline);
+                self.membership.assigned(&list, now);
+                // The topics may have grown (which is what makes the group rebalance).
+                self.count_stale = true;
+            }
+        }
+        self.membership.publish(&self.metrics, now);
+        self.send_share();
+    }
+
+    /// Asks the broker, on a blocking thread, how many partitions the topics have; the answer comes
+    /// to [`Self::partition_count`].
+    fn ask_partition_count(&mut self) {
+        self.count_stale = false;
+        self.counting = true;
+        count_partitions(self.consumer, self.topics, &self.count_tx);
+    }
+
+    /// The broker's partition count: the share follows. On an error the share stays, and the count
+    /// is asked again at the next idle tick.
+    fn partition_count(&mut self, count: KafkaResult<usize>) {
+        self.counting = false;
+        match count {
+            Ok(n) => {
+                self.membership.topic_partitions = Some(n);
+                self.membership.publish(&self.metrics, Instant::now());
+                self.send_share();
+            }
+            Err(e) => {
+                self.count_stale = true;
+                tracing::warn!(error = %e, "cannot read the topics' partition count; keeping the partition share");
+            }
+        }
+    }
+
+    /// The judge budget is for the fleet (`fleet.membership = "partitions"`): this replica spends
+    /// the share of partitions it holds, once their number is known.
+    fn send_share(&self) {
+        let (Some(share), Some(tx)) = (self.membership.share(), &self.share_tx) else {
+            return;
         };
-        tracing::error!(error = %code, instance = ?instance_id, hint, "fatal kafka consumer error");
-        close(consumer).await;
-        return Err(SourceError::Kafka(format!(
-            "fatal consumer error: {code}: {hint}"
-        )));
+        if tx.send(share) {
+            tracing::info!(
+                held = self.membership.held.len(),
+                total = self.membership.topic_partitions,
+                share,
+                "partition share"
+            );
+        }
     }
-    tracing::info!(
-        pending = stored.tracker.pending(),
-        "draining sampled judge work"
-    );
-    while let Some(token) = ack_rx.recv().await {
-        pipeline.ack(token, &mut stored.released);
-        stored.release();
+
+    /// The sampled judge is done with a job: the offsets it completes are stored.
+    fn ack(&mut self, position: Position) {
+        self.pipeline.ack(position, &mut self.stored.released);
+        self.stored.release();
     }
-    match commit_stored(&consumer).await {
-        Ok(()) => tracing::info!(
-            received,
-            unaccounted = stored.tracker.pending(),
-            "offsets committed"
-        ),
-        Err(e) => tracing::warn!(error = %e, "offsets not committed"),
+
+    /// Span assembly's idle timeouts: the offsets of the traces they complete are stored.
+    fn assembly_tick(&mut self) {
+        self.pipeline.tick(&mut self.stored.released);
+        self.stored.release();
     }
-    drop(stored);
-    close(consumer).await;
-    Ok(received)
+
+    /// Every second: the idle and membership gauges, and a stale partition count asked again.
+    fn idle_tick(&mut self) {
+        self.metrics
+            .source
+            .idle_seconds
+            .set(self.last_message.elapsed().as_secs_f64());
+        self.membership.publish(&self.metrics, Instant::now());
+        if self.count_stale && !self.counting {
+            self.ask_partition_count();
+        }
+    }
+
+    /// The message the stream yielded, then those librdkafka has already fetched, up to [`DRAIN`],
+    /// without a pass through every other event per message; a revocation, an ack or the stop
+    /// waiting ends the run, and the next pass of [`Self::run`] serves it first. Returns the code
+    /// of a fatal error, which ends the consumption.
+    fn messages<'m>(
+        &mut self,
+        first: Option<KafkaResult<BorrowedMessage<'m>>>,
+        stream: &mut MessageStream<'m, SourceContext>,
+    ) -> Option<RDKafkaErrorCode> {
+        let mut next = first;
+        let (mut taken, before) = (0, self.received);
+        while let Some(msg) = next.take() {
+            match msg {
+                Ok(m) => self.message(&m),
+                // The client cannot go on (another live member took this group.instance.id, say).
+                Err(KafkaError::MessageConsumptionFatal(code)) => {
+                    self.metrics
+                        .kafka
+                        .errors
+                        .with_label_values(&["consume"])
+                        .inc();
+                    return Some(code);
+                }
+                Err(e) => {
+                    self.metrics
+                        .kafka
+                        .errors
+                        .with_label_values(&["consume"])
+                        .inc();
+                    if let Some(suppressed) = ERROR_LOG.allow() {
+                        tracing::warn!(error = %e, suppressed, "kafka receive error");
+                    }
+                }
+            }
+            taken += 1;
+            if taken < DRAIN
+                && self.assignments.is_empty()
+                && self.acks.is_empty()
+                && !self.stop.is_cancelled()
+            {
+                next = stream.next().now_or_never().flatten();
+            }
+        }
+        if self.received > before {
+            self.last_message = Instant::now();
+        }
+        None
+    }
+
+    /// One message: into the pipeline, and its offset tracked (stored at once if accounted for).
+    fn message(&mut self, m: &BorrowedMessage<'_>) {
+        self.received += 1;
+        let pos = Position {
+            stream: self.stored.stream(m.topic()),
+            partition: m.partition(),
+            offset: m.offset(),
+        };
+        let bytes = m.payload().unwrap_or_default();
+        let done = self
+            .pipeline
+            .message(bytes, Some(pos), &mut self.stored.released)
+            == Disposition::Done;
+        self.stored.received(pos, done);
+    }
+
+    /// Stops consuming: closes the judge queue, then (unless a fatal error ended the run) takes
+    /// acks until the pool is done or abandoned and commits what they stored. The caller closes
+    /// the consumer, which this borrows.
+    async fn shutdown(
+        mut self,
+        fatal: Option<RDKafkaErrorCode>,
+        instance_id: Option<&str>,
+    ) -> Result<u64, SourceError> {
+        self.pipeline.close_queue();
+        if let Some(code) = fatal {
+            return Err(fatal_error(code, instance_id));
+        }
+        tracing::info!(
+            pending = self.stored.tracker.pending(),
+            "draining sampled judge work"
+        );
+        while let Some(position) = self.acks.recv().await {
+            self.ack(position);
+        }
+        match commit_stored(self.consumer).await {
+            Ok(()) => tracing::info!(
+                received = self.received,
+                unaccounted = self.stored.tracker.pending(),
+                "offsets committed"
+            ),
+            Err(e) => tracing::warn!(error = %e, "offsets not committed"),
+        }
+        Ok(self.received)
+    }
+}
+
+/// A fatal consumer error, logged with what to do about it.
+fn fatal_error(code: RDKafkaErrorCode, instance_id: Option<&str>) -> SourceError {
+    let hint = if code == RDKafkaErrorCode::FencedInstanceId {
+        "another live member uses this group instance id: give each replica its own \
+         (kafka.group_instance_id, $POD_NAME)"
+    } else {
+        "the consumer cannot continue"
+    };
+    tracing::error!(error = %code, instance = ?instance_id, hint, "fatal kafka consumer error");
+    SourceError::Kafka(format!("fatal consumer error: {code}: {hint}"))
 }
 
 /// The consumer's offset bookkeeping: which messages are accounted for, and the one place an
@@ -760,6 +894,73 @@ mod tests {
         m.revoked(&[p("t", 0)], t1);
         assert!(!m.without_partitions());
         assert_eq!(m.held.len(), 1);
+    }
+
+    /// An ingest that accounts for every message at once and remembers what it was told to forget.
+    #[derive(Default)]
+    struct Forgetful {
+        forgotten: Vec<(usize, i32)>,
+    }
+
+    impl Ingest for Forgetful {
+        fn message(&mut self, _: &[u8], _: Option<Position>, _: &mut Vec<Position>) -> Disposition {
+            Disposition::Done
+        }
+        fn ack(&mut self, token: Position, released: &mut Vec<Position>) {
+            released.push(token);
+        }
+        fn tick(&mut self, _: &mut Vec<Position>) {}
+        fn forget(&mut self, stream: usize, partition: i32) {
+            self.forgotten.push((stream, partition));
+        }
+        fn end_of_input(&mut self) {}
+        fn close_queue(&mut self) {}
+    }
+
+    /// The assignment and partition-count events, on a consumer with no broker behind its address
+    /// (creating and subscribing one asks nothing of a broker): the share goes out on the source's
+    /// channel once the partitions are counted, and follows every change after.
+    #[tokio::test]
+    async fn assignments_and_the_partition_count_send_the_share() {
+        let config: KafkaConfig =
+            toml::from_str("brokers = \"127.0.0.1:9\"\ntopics = [\"a\", \"b\"]").unwrap();
+        let env = HashMap::new();
+        let metrics = Arc::new(Metrics::new(&[], "test"));
+        let (consumer, assignments, _) =
+            subscribe(&config, "g", &config.topics, &env, &metrics).unwrap();
+        let (share_tx, share_rx) = crate::fleet::share_channel(1.0);
+        let (_ack_tx, acks) = mpsc::unbounded_channel();
+        let source = KafkaSource {
+            config: &config,
+            env: &env,
+            metrics: Arc::clone(&metrics),
+            acks,
+            share_tx: Some(share_tx),
+        };
+        let (mut ingest, stop) = (Forgetful::default(), CancellationToken::new());
+        let mut run = Consumption::new(source, &consumer, assignments, &mut ingest, &stop);
+
+        run.assignment(Assignment::Assigned(vec![p("a", 0), p("b", 1)]));
+        assert_eq!(share_rx.current(), 1.0, "no share claimed before the count");
+        assert!(run.count_stale, "an assignment asks for a fresh count");
+        run.partition_count(Ok(4));
+        assert_eq!(share_rx.current(), 0.5);
+        assert_eq!(metrics.kafka.topic_partitions.get(), 4);
+        assert_eq!(metrics.kafka.partitions.get(), 2);
+        run.assignment(Assignment::Revoked(vec![p("a", 0), p("b", 1)]));
+        assert_eq!(share_rx.current(), 0.0);
+        assert_eq!(metrics.kafka.without_partitions.get(), 1);
+        // A failed count keeps the share and asks again at the next idle tick.
+        run.count_stale = false;
+        run.partition_count(Err(KafkaError::MetadataFetch(
+            RDKafkaErrorCode::BrokerTransportFailure,
+        )));
+        assert!(run.count_stale && !run.counting);
+        assert_eq!(share_rx.current(), 0.0);
+
+        drop(run);
+        assert_eq!(ingest.forgotten, [(0, 0), (1, 1), (0, 0), (1, 1)]);
+        close(consumer).await;
     }
 
     #[test]
