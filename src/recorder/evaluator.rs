@@ -259,7 +259,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use tokio::time::Instant;
+    use crate::clock::Instant;
 
     use super::*;
     use crate::judge::Verdict;
