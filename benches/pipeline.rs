@@ -2,7 +2,9 @@
 //! - `ingest_front`: decode + stratify + sample, the per-message cost every trace pays before judging;
 //! - `offline_judge`: the offline judge's features and score, as the ingest path runs it (without
 //!   the verdict's `details` JSON, which only verdict records need);
-//! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample).
+//! - `ingest_full`: the whole `Pipeline::ingest` (decode, stratify, offline judge, histograms, windows, sample);
+//!   `ingest_full_without_changes` without the what-changed summaries, `ingest_full_with_estimate`
+//!   with the LLM judge on the sample (each trace's term of the combined estimate's population).
 //! - `export_*`: `ingest_full` on the same traces with W3C ids (a span id in the metadata), without
 //!   verdict export (`export_off`), with every verdict event built and queued (`export_queued`: a
 //!   target keeping up), and with the queues full (`export_full`: a target that is down).
@@ -18,10 +20,14 @@
 use std::path::Path;
 use std::process::Command;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main,
+};
 use ragwatch::config::Config;
 use ragwatch::export::Exporter;
 use ragwatch::judge::OfflineJudge;
+use ragwatch::judge::config::SampledJudge;
 use ragwatch::pipeline::Pipeline;
 use ragwatch::recorder::Shared;
 use ragwatch::sample::{Sampler, Stratifier};
@@ -38,6 +44,33 @@ fn traces() -> Vec<Vec<u8>> {
         .lines()
         .map(|l| l.as_bytes().to_vec())
         .collect()
+}
+
+/// `Pipeline::ingest` of every line on a fresh pipeline of `config`.
+fn ingest_full(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    config: &Config,
+    lines: &[Vec<u8>],
+) {
+    g.bench_function(name, |b| {
+        b.iter_batched_ref(
+            || {
+                Pipeline::new(
+                    &config.decode,
+                    &config.sample,
+                    Shared::new(config.recorder_setup()),
+                    None,
+                )
+            },
+            |p| {
+                for l in lines {
+                    p.ingest(l, None);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
 }
 
 fn bench(c: &mut Criterion) {
@@ -76,45 +109,16 @@ fn bench(c: &mut Criterion) {
                 .sum::<f64>()
         })
     });
-    g.bench_function("ingest_full", |b| {
-        b.iter_batched_ref(
-            || {
-                Pipeline::new(
-                    &config.decode,
-                    &config.sample,
-                    Shared::new(config.recorder_setup()),
-                    None,
-                )
-            },
-            |p| {
-                for l in &lines {
-                    p.ingest(l, None);
-                }
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    ingest_full(&mut g, "ingest_full", &config, &lines);
     // The same without the what-changed summaries (sketches, question sample): their cost.
     let mut bare = config.clone();
     bare.changes.enabled = false;
-    g.bench_function("ingest_full_without_changes", |b| {
-        b.iter_batched_ref(
-            || {
-                Pipeline::new(
-                    &bare.decode,
-                    &bare.sample,
-                    Shared::new(bare.recorder_setup()),
-                    None,
-                )
-            },
-            |p| {
-                for l in &lines {
-                    p.ingest(l, None);
-                }
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    ingest_full(&mut g, "ingest_full_without_changes", &bare, &lines);
+    // The same with the LLM judge on the sample (no pool attached, so nothing is judged): every
+    // trace also adds its term to the combined estimate's population, under a second windows lock.
+    let mut estimated = config.clone();
+    estimated.judge.sampled = SampledJudge::Llm;
+    ingest_full(&mut g, "ingest_full_with_estimate", &estimated, &lines);
     // Verdict export on the judging path: the same traces with W3C ids, so that every verdict has
     // its span. The queues are not drained while a round runs: `export_queued` holds every event
     // (a target that keeps up costs judging this, the send is on its own task), `export_full`
