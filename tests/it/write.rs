@@ -352,7 +352,18 @@ async fn tls_with_tokens_and_client_certificates_reloaded_on_change() {
         ),
         2.0
     );
-    assert!(m.sum("ragwatch_write_tls_handshake_failures_total", &[]) >= 2.0);
+    // The listener counts a failed handshake after it has dropped the connection, so the client
+    // can see the failure first: the count is waited for, not read once.
+    wait_for(
+        "two TLS handshake failures",
+        Duration::from_secs(10),
+        || {
+            let failures = rw
+                .metrics()?
+                .sum("ragwatch_write_tls_handshake_failures_total", &[]);
+            (failures >= 2.0).then_some(())
+        },
+    );
     assert_eq!(
         m.sum("ragwatch_labels_total", &[("outcome", "joined")]),
         2.0
