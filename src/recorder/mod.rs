@@ -42,8 +42,8 @@ pub struct Shared {
     pub(crate) setup: Arc<RecorderSetup>,
     /// The human-label join, when `labels.enabled`.
     pub(crate) feedback: Option<Arc<Feedback>>,
-    /// Model families, and the LLM judge's own (when it has one), for the self-preference count.
-    families: Arc<(crate::audit::config::AuditConfig, Option<String>)>,
+    /// The LLM judge's model family (when it has one), for the self-preference count.
+    judge_family: Option<Arc<str>>,
     /// The length-correlation sums' series, resolved once.
     length_moments: Arc<crate::metrics::LengthMoments>,
     /// The variant comparison, when `[variants]` is on.
@@ -291,14 +291,11 @@ impl Shared {
             stratifier,
             feedback,
             length_moments,
-            families: Arc::new((
-                setup.audit.clone(),
-                setup
-                    .llm_chat_model
-                    .as_deref()
-                    .and_then(|model| setup.audit.family(model))
-                    .map(str::to_owned),
-            )),
+            judge_family: setup
+                .llm_chat_model
+                .as_deref()
+                .and_then(|model| setup.audit.family(model))
+                .map(Arc::from),
             setup: Arc::new(setup),
         }
     }
@@ -314,11 +311,10 @@ impl Shared {
                     .add(stratum, verdict.judge, metric, words, v);
             }
         }
-        let (families, judge_family) = &*self.families;
         if verdict.judge == JudgeKind::Llm
-            && let Some(judge_family) = judge_family
+            && let Some(judge_family) = &self.judge_family
             && let Some(generator) = trace.metadata.field::<String>("model")
-            && families.family(&generator) == Some(judge_family.as_str())
+            && self.setup.audit.family(&generator) == Some(&**judge_family)
         {
             let s = self.stratifier.name(stratum);
             self.metrics.audit.same_family.with_label_values(&[s]).inc();

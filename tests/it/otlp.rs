@@ -85,18 +85,10 @@ fn produce_otlp(brokers: &str, topic: &str, messages: &[(i32, Vec<u8>)], codec: 
         .create()
         .unwrap();
     for (partition, payload) in messages {
-        let mut record = BaseRecord::<(), [u8]>::to(topic)
+        let record = BaseRecord::<(), [u8]>::to(topic)
             .partition(*partition)
             .payload(payload.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
+        send(&producer, record);
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 }

@@ -253,13 +253,10 @@ fn producer_config(brokers: &str) -> ClientConfig {
 }
 
 /// Queues one record, waiting while the producer's queue is full.
-fn send(
+pub fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
     producer: &ThreadedProducer<DefaultProducerContext>,
-    topic: &str,
-    key: &str,
-    payload: &[u8],
+    mut record: BaseRecord<'_, K, P>,
 ) {
-    let mut record = BaseRecord::to(topic).key(key).payload(payload);
     loop {
         match producer.send(record) {
             Ok(()) => break,
@@ -281,7 +278,12 @@ pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
         .create()
         .unwrap();
     for (key, payload) in messages {
-        send(&producer, topic, key, payload);
+        send(
+            &producer,
+            BaseRecord::to(topic)
+                .key(key.as_str())
+                .payload(payload.as_slice()),
+        );
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 }
@@ -306,7 +308,8 @@ pub fn stream_traces(
         while !stop.load(Ordering::Relaxed) {
             for trace in next() {
                 let id = trace["trace_id"].as_str().unwrap_or_default().to_owned();
-                send(&producer, &topic, &id, &serde_json::to_vec(&trace).unwrap());
+                let payload = serde_json::to_vec(&trace).unwrap();
+                send(&producer, BaseRecord::to(&topic).key(&id).payload(&payload));
             }
             due += tick;
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
