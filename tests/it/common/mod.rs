@@ -533,6 +533,16 @@ impl Ragwatch {
         self.scrape().map(|t| Samples::parse(&t))
     }
 
+    /// The metrics once the samples of `families` have stopped moving: `/metrics` is read every
+    /// 100 ms until two reads in a row agree on every sample of those families (names that start
+    /// with one of them: `_bucket`, `_sum` and `_count` included), then that read is returned. A
+    /// counter compared with what a client saw is read this way, never from one snapshot: the
+    /// process may still be counting the last requests when the client has its answers. Panics
+    /// after `timeout` if they never settle.
+    pub fn settled_metrics(&self, families: &[&str], timeout: Duration) -> Samples {
+        settled(|| self.metrics(), families, timeout)
+    }
+
     pub fn sigterm(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -639,6 +649,24 @@ pub fn http_post_as(
     (code, raw.split_once("\r\n\r\n").unwrap().1.to_string())
 }
 
+/// Reads `read` every 100 ms until two reads in a row agree on every sample of `families` (see
+/// [`Ragwatch::settled_metrics`]), and returns the second.
+pub fn settled(
+    mut read: impl FnMut() -> Option<Samples>,
+    families: &[&str],
+    timeout: Duration,
+) -> Samples {
+    let mut last: Option<Vec<(String, Vec<(String, String)>, u64)>> = None;
+    let what = format!("{families:?} to settle");
+    wait_for(&what, timeout, || {
+        let m = read()?;
+        let now = m.of_families(families);
+        let agreed = last.as_ref() == Some(&now);
+        last = Some(now);
+        agreed.then_some(m)
+    })
+}
+
 /// Parsed Prometheus text samples.
 pub struct Samples(pub Vec<(String, HashMap<String, String>, f64)>);
 
@@ -665,6 +693,23 @@ impl Samples {
             v.push((name, labels, value.parse().unwrap_or(f64::NAN)));
         }
         Samples(v)
+    }
+
+    /// The samples of `families` (names starting with one of them), in order, labels sorted and
+    /// values as bits (so NaN equals NaN): what [`settled`] compares between reads.
+    fn of_families(&self, families: &[&str]) -> Vec<(String, Vec<(String, String)>, u64)> {
+        let mut v: Vec<_> = self
+            .0
+            .iter()
+            .filter(|(n, _, _)| families.iter().any(|f| n.starts_with(f)))
+            .map(|(n, l, x)| {
+                let mut l: Vec<_> = l.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                l.sort();
+                (n.clone(), l, x.to_bits())
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     /// Sum of the samples of `name` whose labels include all of `labels`.
