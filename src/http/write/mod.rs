@@ -33,6 +33,7 @@ use super::auth::{Denied, Endpoint, TokenError, Tokens, authorize};
 use super::tls::{ReloadingTls, TlsError};
 use crate::events::LogLimiter;
 use crate::metrics::Metrics;
+use crate::metrics::otlp::Outcome;
 use crate::recorder::{LabelOutcome, Shared};
 use config::{RateLimitConfig, WriteConfig};
 
@@ -362,11 +363,29 @@ async fn check(
     next: Next,
 ) -> Response {
     let peer = request.extensions().get::<Peer>().copied();
+    // A refused OTLP export request ends here: its outcome is counted with the receiver's, so
+    // those outcomes cover every request to the traces route.
+    let otlp = (endpoint == Endpoint::Traces).then(|| {
+        let grpc = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if grpc { "grpc" } else { "http" }
+    });
+    let refused = |refusal: Denied| {
+        if let Some(protocol) = otlp {
+            g.metrics.otlp.request(protocol).end(match refusal {
+                Denied::RateLimited => Outcome::RateLimited,
+                _ => Outcome::Unauthenticated,
+            });
+        }
+        refuse(&g.metrics, endpoint, refusal, peer)
+    };
     // The rate limit first: a client guessing tokens is slowed down like any other.
     if let (Some(limiter), Some(p)) = (&g.limiter, peer)
         && let Err(wait) = limiter.check(p.ip)
     {
-        let mut response = refuse(&g.metrics, endpoint, Denied::RateLimited, peer);
+        let mut response = refused(Denied::RateLimited);
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         response
             .headers_mut()
@@ -381,7 +400,7 @@ async fn check(
         let certificate = peer.is_some_and(|p| p.client_certificate);
         let tokens = g.credentials.tokens();
         if let Err(refusal) = authorize(&tokens, authorization, certificate, endpoint) {
-            return refuse(&g.metrics, endpoint, refusal, peer);
+            return refused(refusal);
         }
     }
     next.run(request).await
@@ -627,5 +646,103 @@ async fn serve(listener: TcpListener, connections: Connections, stop: Cancellati
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// The guard's refusals of OTLP export requests are outcomes of `ragwatch_otlp_requests_total`
+    /// too (by the protocol the request came in), so those outcomes cover every request to the
+    /// traces route; a request let through is left for the receiver to count.
+    #[tokio::test]
+    async fn refused_export_requests_are_counted_as_otlp_outcomes() {
+        let config: WriteConfig =
+            toml::from_str("[rate_limit]\nrequests_per_sec = 1\nburst = 3").unwrap();
+        let env = HashMap::from([("RAGWATCH_WRITE_TOKENS".to_owned(), "sekrit".to_owned())]);
+        let metrics = Arc::new(Metrics::new(&[], "test"));
+        let guard = Guard {
+            credentials: Arc::new(Credentials::load(&config, &env).unwrap()),
+            limiter: ClientLimiter::new(&config.rate_limit).map(Arc::new),
+            metrics: Arc::clone(&metrics),
+        };
+        let app = guarded(
+            Router::new().route("/v1/traces", post(|| async { "taken" })),
+            &guard,
+            Endpoint::Traces,
+        );
+        let request = |content_type: &str, token: Option<&str>| {
+            let mut b = Request::builder()
+                .method("POST")
+                .uri("/v1/traces")
+                .header(header::CONTENT_TYPE, content_type);
+            if let Some(t) = token {
+                b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+            }
+            let mut r = b.body(Body::empty()).unwrap();
+            r.extensions_mut().insert(Peer {
+                ip: IpAddr::from([127, 0, 0, 1]),
+                client_certificate: false,
+            });
+            r
+        };
+        let status = |r: Response| r.status().as_u16();
+        let send = |r| app.clone().oneshot(r);
+        assert_eq!(
+            status(send(request("application/x-protobuf", None)).await.unwrap()),
+            401
+        );
+        assert_eq!(
+            status(
+                send(request("application/grpc", Some("wrong")))
+                    .await
+                    .unwrap()
+            ),
+            401
+        );
+        assert_eq!(
+            status(
+                send(request("application/x-protobuf", Some("sekrit")))
+                    .await
+                    .unwrap()
+            ),
+            200
+        );
+        assert_eq!(
+            status(
+                send(request("application/x-protobuf", Some("sekrit")))
+                    .await
+                    .unwrap()
+            ),
+            429
+        );
+        let count = |protocol: &str, outcome: &str| {
+            metrics
+                .otlp
+                .requests
+                .with_label_values(&[protocol, outcome])
+                .get()
+        };
+        assert_eq!(count("http", "unauthenticated"), 1);
+        assert_eq!(count("grpc", "unauthenticated"), 1);
+        assert_eq!(count("http", "rate_limited"), 1);
+        // The one let through is the receiver's to count.
+        let total: u64 = crate::metrics::otlp::Outcome::ALL
+            .iter()
+            .flat_map(|o| ["http", "grpc"].map(|p| count(p, o.as_str())))
+            .sum();
+        assert_eq!(total, 3);
+        assert_eq!(
+            metrics
+                .write
+                .refused
+                .with_label_values(&["traces", "rate_limited"])
+                .get(),
+            1
+        );
     }
 }

@@ -127,8 +127,10 @@ pub(crate) enum ReadError {
     TooLarge,
     /// The budget cannot cover them.
     OverBudget,
-    /// The body broke off, or the gzip stream is corrupt.
+    /// The gzip stream is corrupt.
     Broken(String),
+    /// The body broke off: the client hung up or reset the stream before it was all sent.
+    Gone(String),
 }
 
 /// The next capacity of a buffer of capacity `cap` that must hold `needed` bytes, at most
@@ -179,7 +181,7 @@ pub(crate) async fn read_body(
     }
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ReadError::Broken(e.to_string()))?;
+        let chunk = chunk.map_err(|e| ReadError::Gone(e.to_string()))?;
         append(&mut out, &chunk, max, reservation)?;
     }
     Ok(out)

@@ -21,7 +21,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -38,6 +37,7 @@ use tonic::{Code, Status};
 use super::budget::{MemoryBudget, ReadError, Reservation, gunzip, read_body};
 use super::handoff::{Job, NotTaken, partial_success, submit};
 use crate::metrics::Metrics;
+use crate::metrics::otlp::{Outcome, RequestCount};
 use crate::trace::otlp::config::TraceFormat;
 use crate::trace::otlp::decode_request;
 
@@ -56,18 +56,10 @@ pub(super) struct GrpcReceiver {
 }
 
 impl GrpcReceiver {
-    fn outcome(&self, outcome: &str) {
-        self.metrics
-            .otlp
-            .requests
-            .with_label_values(&["grpc", outcome])
-            .inc();
-    }
-
     /// RESOURCE_EXHAUSTED with a `RetryInfo` (which OTLP exporters need to retry it): the memory
     /// budget cannot cover the request now.
-    fn over_budget(&self) -> Status {
-        self.outcome("memory");
+    fn over_budget(&self, count: &RequestCount) -> Status {
+        count.end(Outcome::Memory);
         let retry = RetryInfo {
             retry_delay: Some(ProtoDuration {
                 seconds: i64::try_from(self.retry_after_secs).unwrap_or(i64::MAX),
@@ -95,7 +87,11 @@ impl GrpcReceiver {
     /// decompresses it again). A request with an encoding other than gzip, or whose framing is not
     /// one message, goes to tonic as it came (its answer says why; its bytes stay reserved until
     /// it answers). Err: the answer to a request refused here.
-    async fn prepare(&self, request: http::Request<Body>) -> Result<http::Request<Body>, Status> {
+    async fn prepare(
+        &self,
+        request: http::Request<Body>,
+        count: &RequestCount,
+    ) -> Result<http::Request<Body>, Status> {
         let (mut parts, body) = request.into_parts();
         let gzip = match parts.headers.get("grpc-encoding").map(|v| v.as_bytes()) {
             None | Some(b"identity") => false,
@@ -108,7 +104,7 @@ impl GrpcReceiver {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         let too_large = || {
-            self.outcome("too_large");
+            count.end(Outcome::TooLarge);
             Status::out_of_range(format!(
                 "message over otlp.max_body_bytes ({} bytes)",
                 self.max_body_bytes
@@ -116,10 +112,15 @@ impl GrpcReceiver {
         };
         let failed = |e: ReadError| match e {
             ReadError::TooLarge => too_large(),
-            ReadError::OverBudget => self.over_budget(),
+            ReadError::OverBudget => self.over_budget(count),
             ReadError::Broken(e) => {
-                self.outcome("bad_request");
+                count.end(Outcome::BadRequest);
                 Status::internal(e)
+            }
+            ReadError::Gone(e) => {
+                // Nobody reads this answer: the stream is gone.
+                count.end(Outcome::ClientGone);
+                Status::cancelled(e)
             }
         };
         let mut reservation = self.budget.reservation();
@@ -219,29 +220,30 @@ impl tower::Service<http::Request<Body>> for TraceService {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         // Mounted on EXPORT_PATH only (`routes`): another method never reaches here.
         let receiver = self.0.clone();
+        // Ended in one outcome below; dropped unanswered (the client reset the stream, so the
+        // server dropped this future), it counts `client_gone`.
+        let count = receiver.metrics.otlp.request("grpc");
         Box::pin(async move {
-            let request = match receiver.prepare(request).await {
+            let request = match receiver.prepare(request, &count).await {
                 Ok(request) => request,
                 Err(status) => return Ok(status.into_http()),
             };
-            let reached = Arc::new(AtomicBool::new(false));
             let mut grpc = Grpc::new(RawCodec)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(receiver.max_body_bytes);
             let export = Export {
                 receiver: receiver.clone(),
-                reached: reached.clone(),
+                count: count.clone(),
             };
             let response = grpc.unary(export, request).await;
-            if !reached.load(Ordering::SeqCst) {
-                // Tonic answered before the handler ran: count why.
-                receiver.outcome(match grpc_status(&response) {
-                    Some(Code::OutOfRange | Code::ResourceExhausted) => "too_large",
-                    Some(Code::Unimplemented) => "unsupported",
-                    _ => "bad_request",
-                });
-            }
+            // When tonic answered before the handler ran, this is the outcome; a handler that ran
+            // has given its own, and this one is ignored.
+            count.end(match grpc_status(&response) {
+                Some(Code::OutOfRange | Code::ResourceExhausted) => Outcome::TooLarge,
+                Some(Code::Unimplemented) => Outcome::Unsupported,
+                _ => Outcome::BadRequest,
+            });
             Ok(response)
         })
     }
@@ -307,10 +309,10 @@ fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<Code> {
     Some(Code::from_i32(v.parse().ok()?))
 }
 
-/// One Export call.
+/// One Export call, and the count its request ends in.
 struct Export {
     receiver: GrpcReceiver,
-    reached: Arc<AtomicBool>,
+    count: RequestCount,
 }
 
 impl UnaryService<Bytes> for Export {
@@ -318,8 +320,8 @@ impl UnaryService<Bytes> for Export {
     type Future = BoxFuture<Result<tonic::Response<ExportTraceServiceResponse>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        self.reached.store(true, Ordering::SeqCst);
         let r = self.receiver.clone();
+        let count = self.count.clone();
         Box::pin(async move {
             let (message, mut reservation) = match request.extensions().get::<Prepared>() {
                 Some(prepared) => prepared.take(),
@@ -329,7 +331,7 @@ impl UnaryService<Bytes> for Export {
             let bytes = message.unwrap_or_else(|| request.into_inner());
             // The decoded message is built while the bytes are held: reserve as much again for it.
             if reservation.grow(bytes.len()).is_err() {
-                return Err(r.over_budget());
+                return Err(r.over_budget(&count));
             }
             let request = if bytes.is_empty() {
                 ExportTraceServiceRequest::default()
@@ -343,33 +345,26 @@ impl UnaryService<Bytes> for Export {
                     Ok(request) => request,
                     Err(e) => {
                         crate::events::trace_rejected(&r.metrics, &e, "otlp/grpc");
-                        r.outcome("bad_request");
+                        count.end(Outcome::BadRequest);
                         return Err(Status::invalid_argument(e.to_string()));
                     }
                 }
             };
             drop(bytes);
-            match submit(&r.jobs_tx, request, reservation).await {
-                Ok(stats) => {
-                    let partial_success = partial_success(&stats);
-                    r.outcome(if partial_success.is_some() {
-                        "partial"
-                    } else {
-                        "ok"
-                    });
-                    Ok(tonic::Response::new(ExportTraceServiceResponse {
-                        partial_success,
-                    }))
-                }
+            match submit(&r.jobs_tx, request, reservation, &count).await {
+                // Counted `ok` or `partial` where its spans were taken (`Job::answer`).
+                Ok(stats) => Ok(tonic::Response::new(ExportTraceServiceResponse {
+                    partial_success: partial_success(&stats),
+                })),
                 Err(NotTaken::Full) => {
-                    r.outcome("throttled");
+                    count.end(Outcome::Throttled);
                     Err(Status::unavailable(
                         "ragwatch's span assembly queue is full; retry later",
                     ))
                 }
-                Err(NotTaken::OverBudget) => Err(r.over_budget()),
+                Err(NotTaken::OverBudget) => Err(r.over_budget(&count)),
                 Err(NotTaken::Closed) => {
-                    r.outcome("unavailable");
+                    count.end(Outcome::Unavailable);
                     Err(Status::unavailable(
                         "ragwatch is shutting down; retry later",
                     ))
@@ -384,6 +379,7 @@ mod tests {
     use std::io::Write;
     use std::time::Duration;
 
+    use tokio::sync::oneshot;
     use tower::Service;
 
     use super::*;
@@ -453,7 +449,7 @@ mod tests {
         assert_eq!(refused.headers()["grpc-status"], "8", "{refused:?}");
         assert!(refused.headers().contains_key("grpc-status-details-bin"));
         assert_eq!(r.budget.used(), held);
-        let _ = job.reply.send(AddStats::default());
+        Job::answer(job.reply, &job.count, AddStats::default());
         drop(job.reservation);
         let answer = first.await.unwrap().unwrap();
         assert_eq!(answer.status(), http::StatusCode::OK);
@@ -473,7 +469,8 @@ mod tests {
     #[test]
     fn the_retry_info_names_the_retry_delay() {
         let (tx, _rx) = mpsc::channel::<Job>(1);
-        let status = receiver(1, tx).over_budget();
+        let r = receiver(1, tx);
+        let status = r.over_budget(&r.metrics.otlp.request("grpc"));
         assert_eq!(status.code(), Code::ResourceExhausted);
         let details = RpcStatus::decode(status.details()).unwrap();
         assert_eq!(
@@ -482,5 +479,79 @@ mod tests {
         );
         let retry = RetryInfo::decode(&details.details[0].value[..]).unwrap();
         assert_eq!(retry.retry_delay.unwrap().seconds, 3);
+    }
+
+    /// Over gRPC too, every call ends in exactly one outcome, whether the handler answers, tonic
+    /// answers before it, or the stream breaks off: the outcomes sum to the calls.
+    #[tokio::test]
+    async fn every_call_ends_in_exactly_one_outcome() {
+        let (tx, mut rx) = mpsc::channel::<Job>(1);
+        let r = receiver(1 << 20, tx.clone());
+        let mut service = TraceService(r.clone());
+        let small = request(vec![span(&[1; 16], 1, 0, vec![])]).encode_to_vec();
+        let grpc_status = |resp: &http::Response<tonic::body::Body>| {
+            resp.headers()
+                .get("grpc-status")
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        // Taken.
+        let taken = tokio::spawn(service.call(call(&small, true)));
+        let job = rx.recv().await.unwrap();
+        Job::answer(job.reply, &job.count, AddStats::default());
+        assert_eq!(grpc_status(&taken.await.unwrap().unwrap()), None);
+        // Undecodable inside a good frame: the handler's INVALID_ARGUMENT.
+        let resp = service.call(call(&[0xff; 20], false)).await.unwrap();
+        assert_eq!(grpc_status(&resp).as_deref(), Some("3"));
+        // A broken frame: tonic answers before the handler.
+        let mut bad = call(&small, false);
+        *bad.body_mut() = Body::from(vec![0u8, 0, 0, 9, 1]);
+        let resp = service.call(bad).await.unwrap();
+        assert!(grpc_status(&resp).is_some(), "{resp:?}");
+        // An unknown compression: tonic's UNIMPLEMENTED.
+        let mut zstd = call(&small, false);
+        zstd.headers_mut()
+            .insert("grpc-encoding", http::HeaderValue::from_static("zstd"));
+        let resp = service.call(zstd).await.unwrap();
+        assert_eq!(grpc_status(&resp).as_deref(), Some("12"));
+        // The stream broke off mid-message.
+        let mut gone = call(&small, false);
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
+            Ok(vec![0, 0, 0, 0, 40]),
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        ];
+        *gone.body_mut() = Body::from_stream(futures::stream::iter(chunks));
+        service.call(gone).await.unwrap();
+        // The queue full, then the receiver shut down.
+        let (reply, _answer) = oneshot::channel();
+        tx.try_send(Job {
+            request: ExportTraceServiceRequest::default(),
+            reply,
+            reservation: r.budget.reservation(),
+            count: r.metrics.otlp.request("grpc"),
+        })
+        .unwrap();
+        let resp = service.call(call(&small, false)).await.unwrap();
+        assert_eq!(grpc_status(&resp).as_deref(), Some("14"));
+        let job = rx.recv().await.unwrap();
+        Job::answer(job.reply, &job.count, AddStats::default());
+        drop(rx);
+        let resp = service.call(call(&small, false)).await.unwrap();
+        assert_eq!(grpc_status(&resp).as_deref(), Some("14"));
+
+        let count = |o: Outcome| {
+            r.metrics
+                .otlp
+                .requests
+                .with_label_values(&["grpc", o.as_str()])
+                .get()
+        };
+        assert_eq!(count(Outcome::Ok), 2);
+        assert_eq!(count(Outcome::BadRequest), 2);
+        assert_eq!(count(Outcome::Unsupported), 1);
+        assert_eq!(count(Outcome::ClientGone), 1);
+        assert_eq!(count(Outcome::Throttled), 1);
+        assert_eq!(count(Outcome::Unavailable), 1);
+        let total: u64 = Outcome::ALL.iter().map(|&o| count(o)).sum();
+        assert_eq!(total, 8);
     }
 }

@@ -7,14 +7,30 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::budget::{OverBudget, Reservation, decoded_size};
+use crate::metrics::otlp::{Outcome, RequestCount};
 use crate::trace::otlp::AddStats;
 
-/// A decoded request on its way to span assembly, where to say what became of it, and the bytes of
-/// the memory budget it holds until its spans are taken.
+/// A decoded request on its way to span assembly, where to say what became of it, the bytes of
+/// the memory budget it holds until its spans are taken, and its count: a request taken is counted
+/// `ok` or `partial` when its spans are, whether or not its client waits for the answer.
 pub(super) struct Job {
     pub(super) request: ExportTraceServiceRequest,
     pub(super) reply: oneshot::Sender<AddStats>,
     pub(super) reservation: Reservation,
+    pub(super) count: RequestCount,
+}
+
+impl Job {
+    /// Counts the request taken, with what became of its spans, and tells its handler (which may
+    /// have gone: its client hung up).
+    pub(super) fn answer(reply: oneshot::Sender<AddStats>, count: &RequestCount, stats: AddStats) {
+        count.end(if stats.dropped_total() > 0 {
+            Outcome::Partial
+        } else {
+            Outcome::Ok
+        });
+        let _ = reply.send(stats);
+    }
 }
 
 /// Why a decoded request was not taken into span assembly.
@@ -35,6 +51,7 @@ pub(super) async fn submit(
     jobs_tx: &mpsc::Sender<Job>,
     request: ExportTraceServiceRequest,
     mut reservation: Reservation,
+    count: &RequestCount,
 ) -> Result<AddStats, NotTaken> {
     reservation
         .resize(decoded_size(&request))
@@ -44,6 +61,7 @@ pub(super) async fn submit(
         request,
         reply,
         reservation,
+        count: count.clone(),
     }) {
         Ok(()) => {}
         Err(mpsc::error::TrySendError::Full(_)) => return Err(NotTaken::Full),

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use super::budget::{MemoryBudget, ReadError, gunzip, read_body};
 use super::handoff::{Job, NotTaken, partial_success, submit};
 use crate::metrics::Metrics;
+use crate::metrics::otlp::Outcome;
 use crate::trace::otlp::config::TraceFormat;
 use crate::trace::otlp::decode_request;
 
@@ -53,16 +54,15 @@ struct Status {
 }
 
 async fn export(State(r): State<Receiver>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let outcome = |o: &str| {
-        r.metrics
-            .otlp
-            .requests
-            .with_label_values(&["http", o])
-            .inc()
+    // Ended in one outcome below; dropped unanswered (the client hung up, so the server dropped
+    // this future), it counts `client_gone`.
+    let count = r.metrics.otlp.request("http");
+    let outcome = |o: Outcome| {
+        count.end(o);
     };
+    let (parts, body) = request.into_parts();
     let Some(format) = content_format(&parts.headers) else {
-        outcome("unsupported");
+        outcome(Outcome::Unsupported);
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             TraceFormat::OtlpJson,
@@ -79,7 +79,7 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
         "" | "identity" => false,
         "gzip" => true,
         other => {
-            outcome("unsupported");
+            outcome(Outcome::Unsupported);
             return error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format,
@@ -111,21 +111,26 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
     let bytes = match read {
         Ok(bytes) => bytes,
         Err(ReadError::TooLarge) => {
-            outcome("too_large");
+            outcome(Outcome::TooLarge);
             return too_large(format, r.max_body_bytes);
         }
         Err(ReadError::OverBudget) => {
-            outcome("memory");
+            outcome(Outcome::Memory);
             return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
         }
         Err(ReadError::Broken(e)) => {
-            outcome("bad_request");
+            outcome(Outcome::BadRequest);
+            return error(StatusCode::BAD_REQUEST, format, &e);
+        }
+        Err(ReadError::Gone(e)) => {
+            // Nobody reads this answer; hyper closes the connection.
+            outcome(Outcome::ClientGone);
             return error(StatusCode::BAD_REQUEST, format, &e);
         }
     };
     // The decoded message is built while the bytes are still held: reserve as much again for it.
     if reservation.grow(bytes.len()).is_err() {
-        outcome("memory");
+        outcome(Outcome::Memory);
         return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
     }
     let request = if bytes.trim_ascii().is_empty() {
@@ -135,33 +140,29 @@ async fn export(State(r): State<Receiver>, request: Request) -> Response {
             Ok(req) => req,
             Err(e) => {
                 crate::events::trace_rejected(&r.metrics, &e, "otlp/http");
-                outcome("bad_request");
+                outcome(Outcome::BadRequest);
                 return error(StatusCode::BAD_REQUEST, format, &e.to_string());
             }
         }
     };
     drop(bytes);
-    let stats = match submit(&r.jobs_tx, request, reservation).await {
+    let stats = match submit(&r.jobs_tx, request, reservation, &count).await {
         Ok(stats) => stats,
         Err(NotTaken::Full) => {
-            outcome("throttled");
+            outcome(Outcome::Throttled);
             return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
         }
         Err(NotTaken::OverBudget) => {
-            outcome("memory");
+            outcome(Outcome::Memory);
             return retry_later(StatusCode::TOO_MANY_REQUESTS, format, &r.retry_after);
         }
         Err(NotTaken::Closed) => {
-            outcome("unavailable");
+            outcome(Outcome::Unavailable);
             return retry_later(StatusCode::SERVICE_UNAVAILABLE, format, &r.retry_after);
         }
     };
+    // Counted `ok` or `partial` where its spans were taken (`Job::answer`).
     let partial_success = partial_success(&stats);
-    outcome(if partial_success.is_some() {
-        "partial"
-    } else {
-        "ok"
-    });
     let body = ExportTraceServiceResponse { partial_success };
     match format {
         TraceFormat::OtlpJson => (
@@ -238,6 +239,8 @@ fn error(code: StatusCode, format: TraceFormat, message: &str) -> Response {
 mod tests {
     use tokio::sync::oneshot;
 
+    use futures::StreamExt;
+
     use super::*;
     use crate::trace::otlp::AddStats;
 
@@ -270,6 +273,7 @@ mod tests {
             request: ExportTraceServiceRequest::default(),
             reply,
             reservation: r.budget.reservation(),
+            count: r.metrics.otlp.request("http"),
         })
         .unwrap();
         let resp = export(State(r.clone()), post(b"")).await;
@@ -302,11 +306,15 @@ mod tests {
         let r = receiver(tx);
         tokio::spawn(async move {
             let job = rx.recv().await.unwrap();
-            let _ = job.reply.send(AddStats {
-                spans: 3,
-                dropped: [1, 1, 0],
-                attached: 1,
-            });
+            Job::answer(
+                job.reply,
+                &job.count,
+                AddStats {
+                    spans: 3,
+                    dropped: [1, 1, 0],
+                    attached: 1,
+                },
+            );
         });
         let resp = export(State(r), post(b"")).await;
         assert_eq!(resp.status(), StatusCode::OK);
@@ -367,13 +375,13 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
         assert_eq!(r.budget.used(), held);
-        let _ = job.reply.send(AddStats::default());
+        Job::answer(job.reply, &job.count, AddStats::default());
         drop(job.reservation);
         assert_eq!(first.await.unwrap().status(), StatusCode::OK);
         assert_eq!(r.budget.used(), 0);
         let resp = tokio::spawn(export(State(r.clone()), post(&body)));
         let job = rx.recv().await.unwrap();
-        let _ = job.reply.send(AddStats::default());
+        Job::answer(job.reply, &job.count, AddStats::default());
         drop(job.reservation);
         assert_eq!(resp.await.unwrap().status(), StatusCode::OK);
         assert_eq!(
@@ -384,5 +392,222 @@ mod tests {
                 .get(),
             1
         );
+    }
+
+    /// One kind of request for the partition test, and the outcome it must end in.
+    #[derive(Debug, Clone, Copy)]
+    enum Kind {
+        Taken,
+        Partial,
+        /// Its client left after the request was queued, before the answer: taken all the same.
+        LeftAfterQueued,
+        Undecodable,
+        CorruptGzip,
+        TooLarge,
+        UnsupportedType,
+        UnsupportedEncoding,
+        OverBudget,
+        QueueFull,
+        ShuttingDown,
+        /// The body broke off: the client reset the connection mid-body.
+        BrokenOff,
+        /// The client stalled mid-body and hung up: the server dropped the handler.
+        HungUpMidBody,
+    }
+
+    impl Kind {
+        const ALL: [Kind; 13] = [
+            Kind::Taken,
+            Kind::Partial,
+            Kind::LeftAfterQueued,
+            Kind::Undecodable,
+            Kind::CorruptGzip,
+            Kind::TooLarge,
+            Kind::UnsupportedType,
+            Kind::UnsupportedEncoding,
+            Kind::OverBudget,
+            Kind::QueueFull,
+            Kind::ShuttingDown,
+            Kind::BrokenOff,
+            Kind::HungUpMidBody,
+        ];
+
+        fn outcome(self) -> Outcome {
+            match self {
+                Kind::Taken | Kind::LeftAfterQueued => Outcome::Ok,
+                Kind::Partial => Outcome::Partial,
+                Kind::Undecodable | Kind::CorruptGzip => Outcome::BadRequest,
+                Kind::TooLarge => Outcome::TooLarge,
+                Kind::UnsupportedType | Kind::UnsupportedEncoding => Outcome::Unsupported,
+                Kind::OverBudget => Outcome::Memory,
+                Kind::QueueFull => Outcome::Throttled,
+                Kind::ShuttingDown => Outcome::Unavailable,
+                Kind::BrokenOff | Kind::HungUpMidBody => Outcome::ClientGone,
+            }
+        }
+    }
+
+    /// Sends one request of `kind` to a receiver of its own that counts on `metrics`.
+    async fn send(kind: Kind, metrics: &Arc<Metrics>) {
+        let (tx, mut rx) = mpsc::channel::<Job>(1);
+        let r = Receiver {
+            metrics: Arc::clone(metrics),
+            ..receiver(tx.clone())
+        };
+        let one_span = crate::trace::otlp::build::request(vec![crate::trace::otlp::build::span(
+            &[1; 16],
+            1,
+            0,
+            vec![],
+        )])
+        .encode_to_vec();
+        let with_body = |body: Body| {
+            Request::builder()
+                .method("POST")
+                .uri("/v1/traces")
+                .header(header::CONTENT_TYPE, "application/x-protobuf")
+                .body(body)
+                .unwrap()
+        };
+        match kind {
+            Kind::Taken | Kind::Partial => {
+                let handler = tokio::spawn(export(State(r), post(&one_span)));
+                let job = rx.recv().await.unwrap();
+                let dropped = if matches!(kind, Kind::Partial) {
+                    [1, 0, 0]
+                } else {
+                    [0, 0, 0]
+                };
+                let stats = AddStats {
+                    spans: 1,
+                    dropped,
+                    attached: 0,
+                };
+                Job::answer(job.reply, &job.count, stats);
+                assert_eq!(handler.await.unwrap().status(), StatusCode::OK);
+            }
+            Kind::LeftAfterQueued => {
+                let handler = tokio::spawn(export(State(r), post(&one_span)));
+                let job = rx.recv().await.unwrap();
+                handler.abort();
+                let _ = handler.await;
+                Job::answer(job.reply, &job.count, AddStats::default());
+            }
+            Kind::Undecodable => {
+                let resp = export(State(r), post(&[0xff; 40])).await;
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+            }
+            Kind::CorruptGzip => {
+                let mut req = post(&[0x1f, 0x8b, 8, 0, 1, 2, 3, 4, 5, 6, 7]);
+                req.headers_mut()
+                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                let resp = export(State(r), req).await;
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+            }
+            Kind::TooLarge => {
+                let resp = export(State(r), post(&[0u8; 2000])).await;
+                assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+            }
+            Kind::UnsupportedType => {
+                let mut req = post(&one_span);
+                req.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                let resp = export(State(r), req).await;
+                assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            }
+            Kind::UnsupportedEncoding => {
+                let mut req = post(&one_span);
+                req.headers_mut()
+                    .insert(header::CONTENT_ENCODING, HeaderValue::from_static("br"));
+                let resp = export(State(r), req).await;
+                assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            }
+            Kind::OverBudget => {
+                let r = Receiver {
+                    budget: MemoryBudget::new(100),
+                    ..r
+                };
+                let resp = export(State(r), post(&[0u8; 600])).await;
+                assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+            }
+            Kind::QueueFull => {
+                let (reply, _answer) = oneshot::channel();
+                let count = metrics.otlp.request("http");
+                tx.try_send(Job {
+                    request: ExportTraceServiceRequest::default(),
+                    reply,
+                    reservation: r.budget.reservation(),
+                    count: count.clone(),
+                })
+                .unwrap();
+                let resp = export(State(r), post(&one_span)).await;
+                assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+                // The request that filled the queue is taken.
+                let job = rx.recv().await.unwrap();
+                Job::answer(job.reply, &job.count, AddStats::default());
+            }
+            Kind::ShuttingDown => {
+                drop(rx);
+                let resp = export(State(r), post(&one_span)).await;
+                assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+            }
+            Kind::BrokenOff => {
+                let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
+                    Ok(one_span[..4].to_vec()),
+                    Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+                ];
+                let body = Body::from_stream(futures::stream::iter(chunks));
+                let resp = export(State(r), with_body(body)).await;
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+            }
+            Kind::HungUpMidBody => {
+                let first: Result<Vec<u8>, std::io::Error> = Ok(one_span[..4].to_vec());
+                let stalled = futures::stream::iter([first]).chain(futures::stream::pending());
+                let handler = tokio::spawn(export(State(r), with_body(Body::from_stream(stalled))));
+                // The handler runs until it waits for the rest of the body.
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                handler.abort();
+                assert!(handler.await.unwrap_err().is_cancelled());
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// The outcomes are a partition of the requests: whatever the mix (taken, refused, broken
+        /// off, abandoned at any stage), each request is counted once, in the outcome of its kind,
+        /// and the outcomes sum to the requests sent (the one that filled the queue included).
+        #[test]
+        fn every_request_ends_in_exactly_one_outcome(
+            kinds in proptest::collection::vec(proptest::sample::select(Kind::ALL.to_vec()), 1..40)
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let metrics = Arc::new(Metrics::new(&[], "test"));
+            runtime.block_on(async {
+                for &kind in &kinds {
+                    send(kind, &metrics).await;
+                }
+            });
+            let count = |o: Outcome| {
+                metrics
+                    .otlp
+                    .requests
+                    .with_label_values(&["http", o.as_str()])
+                    .get()
+            };
+            let fillers = kinds.iter().filter(|k| matches!(k, Kind::QueueFull)).count() as u64;
+            for o in Outcome::ALL {
+                let expected = kinds.iter().filter(|k| k.outcome() == o).count() as u64
+                    + if o == Outcome::Ok { fillers } else { 0 };
+                proptest::prop_assert_eq!(count(o), expected, "{}", o.as_str());
+            }
+            let total: u64 = Outcome::ALL.iter().map(|&o| count(o)).sum();
+            proptest::prop_assert_eq!(total, kinds.len() as u64 + fillers);
+        }
     }
 }

@@ -106,12 +106,12 @@ async fn run_otlp_source(
             biased;
             _ = stop.cancelled() => break,
             Some(job) = jobs_rx.recv() => {
-                let Job { request, reply, reservation } = job;
+                let Job { request, reply, reservation, count } = job;
                 let (_, stats) = ingest.request(request, None, now_ms(), &mut released);
                 // The request's bytes are spent: what assembly keeps of them is its own to bound.
                 drop(reservation);
                 // The handler may have gone (client disconnected): the spans are taken all the same.
-                let _ = reply.send(stats);
+                Job::answer(reply, &count, stats);
                 taken += 1;
             }
             _ = tick.tick() => ingest.tick(&mut released),
