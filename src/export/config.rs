@@ -119,6 +119,16 @@ pub struct PhoenixExportConfig {
     /// Request timeout.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// How long an annotation waits for Phoenix to store its judged span, from Phoenix's first
+    /// answer that it does not know the span (the service's spans reach Phoenix after its SDK's
+    /// batch delay and Phoenix's ingest): re-sent until then, and dropped after it (counted,
+    /// `span_not_stored`). Separate from `export.max_attempts`, which is for failed requests.
+    #[serde(default = "default_span_wait_ms")]
+    pub span_wait_ms: u64,
+    /// Annotations waiting for their span at most; one more is dropped (counted,
+    /// `span_wait_full`).
+    #[serde(default = "default_span_wait_capacity")]
+    pub span_wait_capacity: usize,
 }
 
 impl Default for ExportConfig {
@@ -180,13 +190,16 @@ impl ExportConfig {
                 p.add(field, "must be a JSON pointer (starting with /)");
             }
         }
-        if let Some(ph) = &self.phoenix
-            && !(ph.base_url.starts_with("http://") || ph.base_url.starts_with("https://"))
-        {
-            p.add(
-                "export.phoenix.base_url",
-                "must be an http:// or https:// URL",
-            );
+        if let Some(ph) = &self.phoenix {
+            if !(ph.base_url.starts_with("http://") || ph.base_url.starts_with("https://")) {
+                p.add(
+                    "export.phoenix.base_url",
+                    "must be an http:// or https:// URL",
+                );
+            }
+            if ph.span_wait_capacity == 0 {
+                p.add("export.phoenix.span_wait_capacity", "must be at least 1");
+            }
         }
         if let Some(o) = &self.otlp
             && o.endpoint
@@ -237,6 +250,12 @@ fn default_phoenix_key_env() -> String {
 fn default_timeout_ms() -> u64 {
     10_000
 }
+pub(crate) fn default_span_wait_ms() -> u64 {
+    30_000
+}
+pub(crate) fn default_span_wait_capacity() -> usize {
+    8192
+}
 
 #[cfg(test)]
 mod tests {
@@ -255,7 +274,7 @@ mod tests {
                     backoff_initial_ms = 5\nbackoff_max_ms = 1\nexplanation_max_bytes = 3\n\
                     label_threshold = 2.0\nspan_id_field = \"span\"\n\
                     [export.otlp]\nendpoint = \"collector:4318\"\nprotocol = \"grpc\"\n\
-                    [export.phoenix]\nbase_url = \"phoenix\"\n";
+                    [export.phoenix]\nbase_url = \"phoenix\"\nspan_wait_capacity = 0\n";
         let mut problems = Problems::default();
         crate::section::fields::section::<ExportConfig>(toml, "export").validate(&mut problems);
         let err = problems
@@ -273,6 +292,7 @@ mod tests {
             "export.span_id_field",
             "export.otlp.endpoint",
             "export.phoenix.base_url",
+            "export.phoenix.span_wait_capacity",
         ] {
             assert!(err.contains(field), "{field} not in: {err}");
         }

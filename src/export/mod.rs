@@ -10,6 +10,10 @@
 //!                         run_target: batches (batch_max, batch_delay_ms) ─► Target::send
 //!                         retries with exponential backoff on retryable answers; at shutdown
 //!                         the queue is sent until flush_timeout_ms, the rest dropped (shutdown)
+//!                                   │ Phoenix had not stored the judged span yet
+//!                                   ▼
+//!                         SpanWait: held (span_wait_capacity; full: span_wait_full), sent again
+//!                         with a later batch until span_wait_ms (then: span_not_stored)
 //! ```
 //!
 //! Judging never waits for a target: the only call on the judging path is a `try_send`. What a
@@ -20,6 +24,7 @@
 pub mod config;
 mod otlp;
 mod phoenix;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::dimensions::VerdictLabel;
 use crate::dimensions::{JudgeKind, Quality};
+use crate::events::LogLimiter;
 use crate::judge::Verdict;
 use crate::judge::llm::config::LlmConfig;
 use crate::metrics::Metrics;
@@ -38,6 +44,7 @@ use crate::sample::variant::config::VariantsConfig;
 use crate::trace::Trace;
 use crate::trace::metadata::MetadataField;
 use config::ExportConfig;
+use wait::{Held, SpanWait, Waiting};
 
 /// One metric's verdict from one judge on one span: what every target sends, in its own shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,9 +93,6 @@ pub enum SendError {
     /// No answer: connection refused or reset, a timeout.
     #[error("transport: {0}")]
     Transport(String),
-    /// The target does not know the judged span yet (its spans are still on their way).
-    #[error("the judged span is not there yet")]
-    SpanNotYet,
 }
 
 impl SendError {
@@ -100,7 +104,7 @@ impl SendError {
             SendError::Grpc(c) => {
                 matches!(c, tonic::Code::Unavailable | tonic::Code::ResourceExhausted)
             }
-            SendError::Transport(_) | SendError::SpanNotYet => true,
+            SendError::Transport(_) => true,
         }
     }
 
@@ -126,6 +130,9 @@ pub enum ExportSetupError {
 enum Target {
     Otlp(otlp::OtlpTarget),
     Phoenix(phoenix::PhoenixTarget),
+    /// An in-process Phoenix for the loop's tests under a paused clock.
+    #[cfg(test)]
+    Fake(Arc<tests::FakePhoenix>),
 }
 
 impl Target {
@@ -133,13 +140,19 @@ impl Target {
         match self {
             Target::Otlp(_) => "otlp",
             Target::Phoenix(_) => "phoenix",
+            #[cfg(test)]
+            Target::Fake(_) => "phoenix",
         }
     }
 
-    async fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<(), SendError> {
+    /// Sends the batch. `Ok` with the judged spans the target has not stored yet, whose events it
+    /// did not take (none: every event accepted).
+    async fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<Vec<[u8; 8]>, SendError> {
         match self {
-            Target::Otlp(t) => t.send(batch).await,
+            Target::Otlp(t) => t.send(batch).await.map(|()| Vec::new()),
             Target::Phoenix(t) => t.send(batch).await,
+            #[cfg(test)]
+            Target::Fake(t) => t.send(batch),
         }
     }
 }
@@ -400,12 +413,21 @@ impl ExportTasks {
                 abandon.cancel();
             })
         };
+        let (span_wait, span_wait_capacity) = self.config.phoenix.as_ref().map_or(
+            (
+                config::default_span_wait_ms(),
+                config::default_span_wait_capacity(),
+            ),
+            |p| (p.span_wait_ms, p.span_wait_capacity),
+        );
         let config = Arc::new(self.config);
         let mut handles = Vec::new();
         for (target, rx) in self.targets {
+            let wait = SpanWait::new(Duration::from_millis(span_wait), span_wait_capacity);
             handles.push(tokio::spawn(run_target(
                 target,
                 rx,
+                wait,
                 Arc::clone(&config),
                 Arc::clone(&self.metrics),
                 stop.clone(),
@@ -419,118 +441,267 @@ impl ExportTasks {
     }
 }
 
-/// One target's loop: batch, send with retries, and at the end flush within the deadline.
+/// One target's loop: batch, send with retries, hold the events whose span the target has not
+/// stored yet and send them again with later batches, and at the end flush within the deadline.
+/// Every event ends in `sent` or `dropped`.
 async fn run_target(
     target: Target,
     mut rx: mpsc::Receiver<Arc<VerdictEvent>>,
+    mut wait: SpanWait,
     config: Arc<ExportConfig>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
     abandon: CancellationToken,
 ) {
     let name = target.name();
-    let dropped = |n: usize| {
-        metrics
-            .export
-            .dropped
-            .with_label_values(&[name, "shutdown"])
-            .inc_by(n as u64);
+    let dropped = |reason: &str, n: usize| {
+        if n > 0 {
+            metrics
+                .export
+                .dropped
+                .with_label_values(&[name, reason])
+                .inc_by(n as u64);
+        }
     };
-    while let Some(batch) = next_batch(&mut rx, &config, &stop).await {
+    let sent = |outcome: &str, n: usize| {
+        if n > 0 {
+            metrics
+                .export
+                .sent
+                .with_label_values(&[name, outcome])
+                .inc_by(n as u64);
+        }
+    };
+    let (expired_log, full_log) = (LogLimiter::new(), LogLimiter::new());
+    let mut open = true;
+    while let Some(batch) =
+        next_batch(&mut rx, &mut open, &mut wait, &config, &stop, &abandon).await
+    {
+        let events: Vec<Arc<VerdictEvent>> = batch
+            .due
+            .iter()
+            .map(|w| Arc::clone(&w.event))
+            .chain(batch.fresh.iter().cloned())
+            .collect();
         let outcome = tokio::select! {
             biased;
             _ = abandon.cancelled() => None,
-            o = send_with_retries(&target, &batch, &config, &abandon) => Some(o),
+            o = send_with_retries(&target, &events, &config, &abandon) => Some(o),
         };
-        let Some(outcome) = outcome else {
-            dropped(batch.len());
-            break;
+        let not_stored = match outcome {
+            None => {
+                dropped("shutdown", events.len());
+                break;
+            }
+            Some(Sent::Done(outcome)) => {
+                sent(outcome, events.len());
+                continue;
+            }
+            Some(Sent::NotStored(spans)) => spans,
         };
-        metrics
-            .export
-            .sent
-            .with_label_values(&[name, outcome])
-            .inc_by(batch.len() as u64);
+        // The held events come back first, so the capacity counts them before the new ones.
+        let now = crate::clock::Instant::now();
+        let (mut ok, mut expired, mut full) = (0, 0, 0);
+        for w in batch.due {
+            if !not_stored.contains(&w.event.span_id) {
+                ok += 1;
+            } else if wait.again(w, now) == Held::Expired {
+                expired += 1;
+            }
+        }
+        for e in batch.fresh {
+            if !not_stored.contains(&e.span_id) {
+                ok += 1;
+                continue;
+            }
+            match wait.hold(e, now) {
+                Held::Waiting => {}
+                Held::Full => full += 1,
+                Held::Expired => expired += 1,
+            }
+        }
+        sent("ok", ok);
+        dropped("span_not_stored", expired);
+        dropped("span_wait_full", full);
+        if expired > 0
+            && let Some(suppressed) = expired_log.allow()
+        {
+            tracing::warn!(
+                target = name,
+                events = expired,
+                span_wait_ms = wait_ms(&config),
+                suppressed,
+                "verdict export: the judged span was not stored within export.phoenix.span_wait_ms; dropped"
+            );
+        }
+        if full > 0
+            && let Some(suppressed) = full_log.allow()
+        {
+            tracing::warn!(
+                target = name,
+                events = full,
+                waiting = wait.len(),
+                suppressed,
+                "verdict export: no room to wait for the judged span (export.phoenix.span_wait_capacity); dropped"
+            );
+        }
     }
     rx.close();
-    let mut left = 0;
+    let mut left = wait.len();
     while rx.try_recv().is_ok() {
         left += 1;
     }
-    dropped(left);
+    dropped("shutdown", left);
 }
 
-/// The next batch: waits for a first event (until `stop`), then for more until the batch is full
-/// or `batch_delay_ms` has passed. After `stop`, what is queued without waiting; `None` when
-/// nothing is left.
+/// `export.phoenix.span_wait_ms`, for the log.
+fn wait_ms(config: &ExportConfig) -> u64 {
+    config
+        .phoenix
+        .as_ref()
+        .map_or_else(config::default_span_wait_ms, |p| p.span_wait_ms)
+}
+
+/// One request's events: held ones due to be sent again, and new ones.
+#[derive(Debug)]
+struct Batch {
+    due: Vec<Waiting>,
+    fresh: Vec<Arc<VerdictEvent>>,
+}
+
+/// The next batch. Waits for a first event (until `stop`) or for a held event's time to be sent
+/// again. Woken by a new event, it waits for more until the batch is full or `batch_delay_ms` has
+/// passed, and fills what room is left with the held events that are due; woken by held events,
+/// it takes them first and fills the room with what is queued, without waiting. After `stop` (or
+/// once every sender is gone): what is queued without waiting, and the held events as they come
+/// due until `abandon`; `None` when nothing is left (or `abandon`, with what is still held).
 async fn next_batch(
     rx: &mut mpsc::Receiver<Arc<VerdictEvent>>,
+    open: &mut bool,
+    wait: &mut SpanWait,
     config: &ExportConfig,
     stop: &CancellationToken,
-) -> Option<Vec<Arc<VerdictEvent>>> {
-    let mut batch = Vec::new();
-    if !stop.is_cancelled() {
-        tokio::select! {
-            biased;
-            e = rx.recv() => batch.push(e?),
-            _ = stop.cancelled() => {}
-        }
-    }
-    let deadline = crate::clock::Instant::now() + Duration::from_millis(config.batch_delay_ms);
-    while batch.len() < config.batch_max {
-        if stop.is_cancelled() {
-            match rx.try_recv() {
-                Ok(e) => batch.push(e),
-                Err(_) => break,
+    abandon: &CancellationToken,
+) -> Option<Batch> {
+    use mpsc::error::TryRecvError;
+    let max = config.batch_max;
+    loop {
+        let mut fresh = Vec::new();
+        let woken_by_due = loop {
+            let due_at = wait.next_due();
+            if stop.is_cancelled() || !*open {
+                if *open {
+                    match rx.try_recv() {
+                        Ok(e) => {
+                            fresh.push(e);
+                            break false;
+                        }
+                        Err(TryRecvError::Disconnected) => *open = false,
+                        Err(TryRecvError::Empty) => {}
+                    }
+                }
+                let at = due_at?;
+                tokio::select! {
+                    biased;
+                    _ = abandon.cancelled() => return None,
+                    _ = tokio::time::sleep_until(at) => break true,
+                }
             }
-            continue;
+            tokio::select! {
+                biased;
+                e = rx.recv() => match e {
+                    Some(e) => {
+                        fresh.push(e);
+                        break false;
+                    }
+                    None => *open = false,
+                },
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep_until(due_at.unwrap_or_else(crate::clock::Instant::now)),
+                    if due_at.is_some() => break true,
+            }
+        };
+        let mut due = if woken_by_due {
+            wait.take_due(crate::clock::Instant::now(), max)
+        } else {
+            Vec::new()
+        };
+        let deadline = crate::clock::Instant::now() + Duration::from_millis(config.batch_delay_ms);
+        while *open && due.len() + fresh.len() < max {
+            if woken_by_due || stop.is_cancelled() {
+                match rx.try_recv() {
+                    Ok(e) => fresh.push(e),
+                    Err(TryRecvError::Disconnected) => *open = false,
+                    Err(TryRecvError::Empty) => break,
+                }
+                continue;
+            }
+            tokio::select! {
+                biased;
+                e = rx.recv() => match e {
+                    Some(e) => fresh.push(e),
+                    None => *open = false,
+                },
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
         }
-        tokio::select! {
-            biased;
-            e = rx.recv() => match e {
-                Some(e) => batch.push(e),
-                None => break,
-            },
-            _ = stop.cancelled() => {}
-            _ = tokio::time::sleep_until(deadline) => break,
+        if !woken_by_due {
+            due = wait.take_due(
+                crate::clock::Instant::now(),
+                max.saturating_sub(fresh.len()),
+            );
+        }
+        if !due.is_empty() || !fresh.is_empty() {
+            return Some(Batch { due, fresh });
         }
     }
-    (!batch.is_empty()).then_some(batch)
+}
+
+/// How a batch ended after its tries.
+#[derive(Debug)]
+enum Sent {
+    /// Every event alike: the outcome label.
+    Done(&'static str),
+    /// Accepted but for the events on these judged spans, which the target has not stored yet.
+    NotStored(Vec<[u8; 8]>),
 }
 
 /// Sends a batch, trying again on retryable errors after an exponential backoff (or the wait the
-/// target asked for, within the cap), up to `max_attempts`. The outcome label.
+/// target asked for, within the cap), up to `max_attempts`. A span the target has not stored yet
+/// is not an error: its events come back in [`Sent::NotStored`], to wait for it.
 async fn send_with_retries(
     target: &Target,
     batch: &[Arc<VerdictEvent>],
     config: &ExportConfig,
     abandon: &CancellationToken,
-) -> &'static str {
+) -> Sent {
     let mut wait = Duration::from_millis(config.backoff_initial_ms);
     let cap = Duration::from_millis(config.backoff_max_ms);
     for attempt in 1..=config.max_attempts {
         match target.send(batch).await {
-            Ok(()) => return "ok",
+            Ok(not_stored) if not_stored.is_empty() => return Sent::Done("ok"),
+            Ok(not_stored) => return Sent::NotStored(not_stored),
             Err(e) if !e.is_retryable() => {
                 tracing::warn!(target = target.name(), error = %e, events = batch.len(), "verdict export rejected; not retrying");
-                return "rejected";
+                return Sent::Done("rejected");
             }
             Err(e) if attempt == config.max_attempts => {
                 tracing::warn!(target = target.name(), error = %e, events = batch.len(), attempts = attempt, "verdict export failed");
-                return "failed";
+                return Sent::Done("failed");
             }
             Err(e) => {
                 tracing::debug!(target = target.name(), error = %e, attempt, "verdict export failed; retrying");
                 let sleep = e.retry_after().unwrap_or(wait).min(cap);
                 tokio::select! {
-                    _ = abandon.cancelled() => return "failed",
+                    _ = abandon.cancelled() => return Sent::Done("failed"),
                     _ = tokio::time::sleep(sleep) => {}
                 }
                 wait = (wait * 2).min(cap);
             }
         }
     }
-    "failed"
+    Sent::Done("failed")
 }
 
 /// The LLM judge's unsupported and contradicted claims, `; `-joined, cut to `max_bytes` on a
@@ -899,6 +1070,203 @@ mod tests {
         assert_eq!(sent + dropped, 1000);
         assert!(count(&metrics, "dropped", "otlp", "queue_full") >= 990 - 8);
         assert!(count(&metrics, "dropped", "otlp", "shutdown") > 0);
+    }
+
+    /// Phoenix in process, for the loop under a paused clock: it takes the annotations of the spans
+    /// it has stored (when, and on which span) and names the others.
+    #[derive(Debug, Default)]
+    pub(super) struct FakePhoenix {
+        stored: Mutex<Vec<[u8; 8]>>,
+        accepted: Mutex<Vec<([u8; 8], crate::clock::Instant)>>,
+        requests: Mutex<usize>,
+    }
+
+    impl FakePhoenix {
+        pub(super) fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<Vec<[u8; 8]>, SendError> {
+            *self.requests.lock().unwrap() += 1;
+            let stored = self.stored.lock().unwrap();
+            let mut not_stored = Vec::new();
+            for e in batch {
+                if stored.contains(&e.span_id) {
+                    let now = crate::clock::Instant::now();
+                    self.accepted.lock().unwrap().push((e.span_id, now));
+                } else if !not_stored.contains(&e.span_id) {
+                    not_stored.push(e.span_id);
+                }
+            }
+            Ok(not_stored)
+        }
+
+        fn store(&self, span: u64) {
+            self.stored.lock().unwrap().push(span.to_be_bytes());
+        }
+
+        /// When each annotation on `span` was accepted.
+        fn accepted(&self, span: u64) -> Vec<crate::clock::Instant> {
+            let span = span.to_be_bytes();
+            let accepted = self.accepted.lock().unwrap();
+            accepted
+                .iter()
+                .filter(|(s, _)| *s == span)
+                .map(|(_, at)| *at)
+                .collect()
+        }
+    }
+
+    /// An exporter whose one target is a [`FakePhoenix`], with `[export]` keys `keys` (the
+    /// Phoenix section's after `[export.phoenix]`).
+    fn fake_phoenix(export: &str, phoenix: &str) -> (Exporter, ExportTasks, Arc<FakePhoenix>) {
+        let toml = format!(
+            "[export]\n{export}\n[export.phoenix]\nbase_url = \"http://127.0.0.1:9\"\n{phoenix}\n"
+        );
+        let (exporter, mut tasks) = exporter(&toml, &[]);
+        let fake = Arc::new(FakePhoenix::default());
+        tasks.targets[0].0 = Target::Fake(Arc::clone(&fake));
+        (exporter, tasks, fake)
+    }
+
+    /// The offline judge's one faithfulness event on `span`.
+    fn offer_on(exporter: &Exporter, span: u64) {
+        exporter.verdict(
+            "default",
+            &trace(Some(span)),
+            &Verdict::with_faithfulness(JudgeKind::Offline, 0.75),
+        );
+    }
+
+    /// Every event in `sent` or `dropped`: the total, for `n` offered.
+    fn accounted(m: &Metrics) -> u64 {
+        let sent: u64 = crate::metrics::export::EXPORT_OUTCOMES
+            .iter()
+            .map(|o| count(m, "sent", "phoenix", o))
+            .sum();
+        let dropped: u64 = crate::metrics::export::EXPORT_DROP_REASONS
+            .iter()
+            .map(|r| count(m, "dropped", "phoenix", r))
+            .sum();
+        sent + dropped
+    }
+
+    /// With the shipped defaults, an annotation whose span reaches Phoenix 8 s after the verdict
+    /// lands (sent again until it is there, well past the retry budget of failed requests), and
+    /// it holds back none of the annotations on spans Phoenix has: those offered after it land
+    /// within a batch delay.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_span_gets_its_annotation_and_holds_back_no_other() {
+        let (late, known) = (0x0a, 0x0b);
+        let (exporter, tasks, fake) = fake_phoenix("", "");
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        fake.store(known);
+        let t0 = crate::clock::Instant::now();
+        offer_on(&exporter, late);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for i in 0..5 {
+            let offered = crate::clock::Instant::now();
+            offer_on(&exporter, known);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let accepted = fake.accepted(known);
+            assert_eq!(accepted.len(), i + 1, "the late span holds nothing back");
+            assert!(accepted[i] - offered <= Duration::from_millis(1000));
+        }
+        assert!(fake.accepted(late).is_empty());
+        tokio::time::sleep_until(t0 + Duration::from_secs(8)).await;
+        fake.store(late);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let landed = fake.accepted(late);
+        assert_eq!(landed.len(), 1);
+        assert!(
+            landed[0] - t0 <= Duration::from_secs(11),
+            "{:?}",
+            landed[0] - t0
+        );
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 6);
+        assert_eq!(accounted(&metrics), 6);
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(accounted(&metrics), 6);
+    }
+
+    /// A span that never reaches Phoenix: its annotation is sent again until
+    /// `export.phoenix.span_wait_ms` (30 s by default) after the first refusal, then counted
+    /// `span_not_stored`, not before.
+    #[tokio::test(start_paused = true)]
+    async fn an_annotation_whose_span_never_comes_is_counted_at_the_deadline() {
+        let (exporter, tasks, fake) = fake_phoenix("batch_delay_ms = 10", "");
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        offer_on(&exporter, 0x0a);
+        tokio::time::sleep(Duration::from_millis(29_900)).await;
+        assert_eq!(count(&metrics, "dropped", "phoenix", "span_not_stored"), 0);
+        let requests = *fake.requests.lock().unwrap();
+        assert!((10..=20).contains(&requests), "{requests} requests");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(count(&metrics, "dropped", "phoenix", "span_not_stored"), 1);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            *fake.requests.lock().unwrap(),
+            requests + 1,
+            "not sent again"
+        );
+        assert_eq!(accounted(&metrics), 1);
+        stop.cancel();
+        run.await.unwrap();
+        assert_eq!(accounted(&metrics), 1);
+    }
+
+    /// The waiting set holds `export.phoenix.span_wait_capacity` annotations; one more is counted
+    /// `span_wait_full` (and the one sent on a stored span is not held at all). Those held land
+    /// when their spans come.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_bounded_and_what_does_not_fit_is_counted() {
+        let (exporter, tasks, fake) = fake_phoenix("batch_delay_ms = 10", "span_wait_capacity = 3");
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        fake.store(0x10);
+        for span in 1..=5 {
+            offer_on(&exporter, span);
+        }
+        offer_on(&exporter, 0x10);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(count(&metrics, "dropped", "phoenix", "span_wait_full"), 2);
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 1);
+        for span in 1..=5 {
+            fake.store(span);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 4);
+        let landed: Vec<u64> = (1..=5).filter(|s| !fake.accepted(*s).is_empty()).collect();
+        assert_eq!(landed, [1, 2, 3], "the first three were held");
+        assert_eq!(accounted(&metrics), 6);
+        stop.cancel();
+        run.await.unwrap();
+    }
+
+    /// At shutdown the held annotations are sent again until the flush deadline, then counted
+    /// `shutdown`.
+    #[tokio::test(start_paused = true)]
+    async fn held_annotations_are_counted_at_the_flush_deadline() {
+        let (exporter, tasks, fake) = fake_phoenix("batch_delay_ms = 10", "");
+        let metrics = Arc::clone(&exporter.metrics);
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(tasks.run(stop.clone()));
+        offer_on(&exporter, 0x0a);
+        offer_on(&exporter, 0x0b);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped = crate::clock::Instant::now();
+        stop.cancel();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        fake.store(0x0b);
+        run.await.unwrap();
+        let took = crate::clock::Instant::now() - stopped;
+        assert!(took <= Duration::from_millis(5100), "{took:?}");
+        assert_eq!(fake.accepted(0x0b).len(), 1, "sent while flushing");
+        assert_eq!(count(&metrics, "sent", "phoenix", "ok"), 1);
+        assert_eq!(count(&metrics, "dropped", "phoenix", "shutdown"), 1);
+        assert_eq!(accounted(&metrics), 2);
     }
 
     #[test]

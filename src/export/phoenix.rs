@@ -6,7 +6,8 @@
 //!
 //! Phoenix answers 404 for a whole request when one of its spans has not arrived yet (the service
 //! sends its spans to Phoenix while ragwatch judges them): the annotations of the spans it knows
-//! are sent again at once without the others, and the batch is retried for the rest.
+//! are sent again at once without the others, and the others wait for their spans (see
+//! `SpanWait` in the module above).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,26 +52,41 @@ impl PhoenixTarget {
         })
     }
 
-    /// Sends the batch's annotations.
-    pub(super) async fn send(&self, batch: &[Arc<VerdictEvent>]) -> Result<(), SendError> {
-        let annotations: Vec<Value> = batch.iter().map(|e| annotation(e)).collect();
-        match self.post(&annotations).await {
-            Ok(()) => Ok(()),
-            Err(PostError { missing, .. }) if !missing.is_empty() => {
-                let known: Vec<Value> = annotations
-                    .into_iter()
-                    .filter(|a| !missing.iter().any(|id| a["span_id"] == id.as_str()))
-                    .collect();
-                if !known.is_empty() {
-                    self.post(&known).await.map_err(|p| p.error)?;
-                }
-                Err(SendError::SpanNotYet)
+    /// Sends the batch's annotations. Phoenix refuses a whole request naming a span it has not
+    /// stored; the annotations of the spans it knows are sent again without the others, and the
+    /// span ids it named come back (`Ok` with none: every annotation accepted).
+    pub(super) async fn send(
+        &self,
+        batch: &[Arc<VerdictEvent>],
+    ) -> Result<Vec<[u8; 8]>, SendError> {
+        let mut pending: Vec<([u8; 8], Value)> =
+            batch.iter().map(|e| (e.span_id, annotation(e))).collect();
+        let mut not_stored = Vec::new();
+        // Each round takes out at least one annotation, so this ends.
+        while !pending.is_empty() {
+            let annotations: Vec<&Value> = pending.iter().map(|(_, a)| a).collect();
+            let Err(PostError { missing, error }) = self.post(&annotations).await else {
+                break;
+            };
+            let named = |id: &[u8; 8]| {
+                let id = hex(id);
+                missing.iter().any(|m| m.eq_ignore_ascii_case(&id))
+            };
+            if !pending.iter().any(|(id, _)| named(id)) {
+                return Err(error);
             }
-            Err(p) => Err(p.error),
+            pending.retain(|(id, _)| {
+                let named = named(id);
+                if named && !not_stored.contains(id) {
+                    not_stored.push(*id);
+                }
+                !named
+            });
         }
+        Ok(not_stored)
     }
 
-    async fn post(&self, annotations: &[Value]) -> Result<(), PostError> {
+    async fn post(&self, annotations: &[&Value]) -> Result<(), PostError> {
         let mut request = self
             .client
             .post(&self.url)

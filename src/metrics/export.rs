@@ -16,8 +16,17 @@ pub(crate) const EXPORT_OUTCOMES: [&str; 3] = ["ok", "rejected", "failed"];
 
 /// Why a verdict event was not sent; label values of `ragwatch_export_dropped_total{reason}`:
 /// `queue_full` (the target's queue was full), `no_span` (no judged span id known),
-/// `shutdown` (still queued when the flush deadline passed).
-pub(crate) const EXPORT_DROP_REASONS: [&str; 3] = ["queue_full", "no_span", "shutdown"];
+/// `span_not_stored` (the target had not stored the judged span when
+/// `export.phoenix.span_wait_ms` passed), `span_wait_full` (no room to wait for the judged span,
+/// `export.phoenix.span_wait_capacity`), `shutdown` (still queued or waiting when the flush
+/// deadline passed).
+pub(crate) const EXPORT_DROP_REASONS: [&str; 5] = [
+    "queue_full",
+    "no_span",
+    "span_not_stored",
+    "span_wait_full",
+    "shutdown",
+];
 
 families! {
     /// What the verdict exporters report.
@@ -33,7 +42,7 @@ families! {
         pub(crate) dropped: IntCounterVec = counter(
             r,
             "ragwatch_export_dropped_total",
-            "Verdict events not sent to an export target, by target (otlp, phoenix) and reason (queue_full: the queue was full; no_span: no judged span id; shutdown: still queued at the flush deadline).",
+            "Verdict events not sent to an export target, by target (otlp, phoenix) and reason (queue_full: the queue was full; no_span: no judged span id; span_not_stored: the target had not stored the judged span by the wait's deadline; span_wait_full: no room to wait for the judged span; shutdown: still queued or waiting at the flush deadline).",
             &["target", "reason"],
         ),
     }
