@@ -35,9 +35,9 @@
 //! minimum is left out). Each step's traces are summed into one [`EstimateSums`]
 //! ([`EstimateSums::population`] for every trace, [`EstimateSums::pair`] for each judged one); at
 //! the end of each step (a Prometheus evaluation every 30 s) every scan window's sums are
-//! prefix differences, the rest of the baseline is the last 24 hours minus the window
-//! ([`EstimateSums::minus`]), and the statistic is [`scan::scan`] over [`Evidence::of`] each
-//! window.
+//! prefix differences, the reference is the last 24 hours minus the longest window
+//! ([`scan::reference`], one for every window), and the statistic is [`scan::scan`] over
+//! [`Evidence::of`] each window.
 //! The alert holds `for: 1m`: it fires at the third consecutive evaluation at or above `h`, and a
 //! new crossing after it falls below `h` is a new page.
 //!
@@ -419,10 +419,12 @@ impl Prefix {
     fn scan(&self, shipped: &Shipped, evidence: &mut Vec<Evidence>) -> Option<f64> {
         let now = self.at(self.t);
         let day = now.minus(self.at(self.t - self.day));
+        // The reference: the baseline before the longest window, one for every window.
+        let longest = shipped.windows.iter().copied().max().unwrap_or(0);
+        let rest = scan::reference(&day, &now.minus(self.at(self.t - longest)));
         evidence.clear();
         for &w in &shipped.windows {
             let window = now.minus(self.at(self.t - w));
-            let rest = day.minus(&window);
             evidence.extend(Evidence::of(&window, &rest));
         }
         scan::scan(evidence, shipped.max_drop, shipped.min_samples)

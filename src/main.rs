@@ -54,19 +54,25 @@ enum Command {
         /// Write nothing; exit 1 if a file differs from what would be written.
         #[arg(long)]
         check: bool,
-        /// The short window (shipped 5m); tests shorten the windows to run the rules in a minute.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
-        short: std::time::Duration,
-        /// The middle window (shipped 1h).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
-        middle: std::time::Duration,
-        /// The baseline window (shipped 24h).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
-        baseline: std::time::Duration,
-        /// One range for every health alert (shipped 10m and 15m).
+        /// Divide every duration of the rules by this factor (15: 5m -> 20s, 24h -> 96m): the
+        /// shipped rules at another timescale, for a test that runs them in minutes. Needs --out.
+        /// A window, health range or pending duration given by its own flag is written as given.
+        #[arg(long, value_name = "F", value_parser = ragwatch::rules::parse_scale)]
+        scale: Option<ragwatch::rules::Scale>,
+        /// The short window (shipped 5m, divided by --scale).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        short: Option<std::time::Duration>,
+        /// The middle window (shipped 1h, divided by --scale).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        middle: Option<std::time::Duration>,
+        /// The baseline window (shipped 24h, divided by --scale).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        baseline: Option<std::time::Duration>,
+        /// One range for every health alert (shipped 10m and 15m, divided by --scale).
         #[arg(long, value_parser = humantime::parse_duration)]
         health: Option<std::time::Duration>,
-        /// One pending duration (`for:`) for every alert shipped with 1m, 5m, 10m or 15m.
+        /// One pending duration (`for:`) for every alert shipped with 1m, 5m, 10m or 15m (divided
+        /// by --scale).
         #[arg(long, value_parser = humantime::parse_duration)]
         pending: Option<std::time::Duration>,
         /// The label that names a cluster, kept apart by every rule (shipped `cluster`).
@@ -305,6 +311,7 @@ fn main() -> ExitCode {
         Command::Rules {
             root,
             check,
+            scale,
             short,
             middle,
             baseline,
@@ -320,12 +327,15 @@ fn main() -> ExitCode {
             group_interval,
             list_thresholds,
         } => {
+            let scaled =
+                ragwatch::rules::Windows::at_scale(scale.unwrap_or(ragwatch::rules::Scale::ONE));
             let windows = ragwatch::rules::Windows {
-                short,
-                middle,
-                baseline,
+                short: short.unwrap_or(scaled.short),
+                middle: middle.unwrap_or(scaled.middle),
+                baseline: baseline.unwrap_or(scaled.baseline),
                 health,
                 pending,
+                ..scaled
             };
             let pooling = ragwatch::rules::Pooling {
                 cluster_label,
@@ -347,9 +357,9 @@ fn main() -> ExitCode {
             if let Some(out) = out {
                 return write_tuned(&out, &windows, &pooling, &tuning);
             }
-            if !tuning.is_empty() {
+            if !tuning.is_empty() || scale.is_some() {
                 eprintln!(
-                    "ragwatch: tuned rules are written with --out DIR; the repository's files stay as shipped"
+                    "ragwatch: tuned or scaled rules are written with --out DIR; the repository's files stay as shipped"
                 );
                 return ExitCode::from(2);
             }

@@ -121,6 +121,7 @@ impl Alert {
         vars.push(("scope_comment", scope_comment.to_owned()));
         vars.push(("scope", scope_clause(in_scope)));
         vars.extend(pooling.vars());
+        vars.extend(windows.vars());
         fill(template, &vars)
     }
 }
@@ -300,8 +301,9 @@ const FLOOR: &str = r#"      - alert: @@alert@@
 const DRIFT: &str = r#"      - alert: @@alert@@
         # The drop scan (src/window/scan.rs): the largest log-likelihood ratio, over look-back windows
         # of 1 to 160 minutes and drops of 1, 2 and 4 times max_drop, of "dropped" against "unchanged",
-        # each window against the rest of its 24h baseline, reaches windows.page_llr; each window and
-        # its reference with at least min_samples LLM-judged pairs. A bounded-memory CUSUM: at ~60
+        # each window against the reference (the @@baseline@@ baseline before the longest look-back),
+        # reaches windows.page_llr; each window and its reference with at least min_samples
+        # LLM-judged pairs. A bounded-memory CUSUM: at ~60
         # verdicts per 5 minutes a drop from 90 % to 50 % faithful answers pages in about 8 minutes on
         # average, within the sizing table's ratio of the fastest any rule with one false page per
         # stratum-year can (benches/page_power.rs; docs/judges.md).
@@ -315,12 +317,12 @@ const DRIFT: &str = r#"      - alert: @@alert@@
           severity: @@severity@@
           metric: @@metric@@@@stage_label@@
         annotations:
-          summary: "@@title@@ of stratum {{ $labels.stratum }} dropped from its 24h baseline"
+          summary: "@@title@@ of stratum {{ $labels.stratum }} dropped from its @@baseline@@ baseline"
           description: >-
             {{ $w := "" }}{{ with printf "topk(1, max by (window) (ragwatch:scan:llr{@@pool_match@@,metric='@@metric@@',stratum='%s'}))" @@pool_args@@ $labels.stratum | query }}{{ with . | first }}{{ $w = .Labels.window }}{{ end }}{{ end }}The combined estimate of @@words@@ in stratum {{ $labels.stratum }} over the last {{ $w }}
             is {{ with printf "ragwatch:scan:window_mean{@@pool_match@@,metric='@@metric@@',stratum='%s',window='%s'}" @@pool_args@@ $labels.stratum $w | query }}{{ . | first | value | humanizePercentage }}{{ end }},
             against {{ with printf "ragwatch:scan:rest_mean{@@pool_match@@,metric='@@metric@@',stratum='%s',window='%s'}" @@pool_args@@ $labels.stratum $w | query }}{{ . | first | value | humanizePercentage }}{{ end }}
-            over the rest of its 24-hour baseline: the evidence of a drop (log-likelihood ratio {{ $value | printf "%.1f" }},
+            over its @@baseline@@ baseline before the last @@horizon@@: the evidence of a drop (log-likelihood ratio {{ $value | printf "%.1f" }},
             paging at {{ with printf "ragwatch:threshold_page_llr:max{@@pool_match@@}" @@pool_args@@ | query }}{{ . | first | value | printf "%.1f" }}{{ end }}) is beyond what a healthy stratum shows once a year.
           runbook_url: "@@runbook_url@@"
 "#;

@@ -1,6 +1,6 @@
 //! The drop scan's recording rules: the combined estimate over each look-back window of
-//! [`crate::window::scan`], against the rest of the baseline without that window, and the largest
-//! log-likelihood ratio of a drop, per (metric, stratum). The arithmetic is [`crate::window::scan::llr`]'s;
+//! [`crate::window::scan`], against the reference (the baseline before the longest look-back, one
+//! for every window), and the largest log-likelihood ratio of a drop, per (metric, stratum). The arithmetic is [`crate::window::scan::llr`]'s;
 //! the rules' unit tests hold the two together.
 
 use super::window::{Windows, prom_duration, sum_range};
@@ -36,17 +36,21 @@ fn push(out: &mut String, name: &str, expr: &str, label: Option<(&str, String)>)
 }
 
 /// The records, in the order Prometheus must evaluate them (within the `ragwatch.estimate` group,
-/// after the 24-hour baseline's records).
+/// after the baseline's records).
 pub(super) fn records(windows: &Windows) -> String {
-    let mut out = String::from(
-        "      # The drop scan (src/window/scan.rs): for each look-back window, the combined estimate with the\n      # baseline's lambda against the rest of the last 24h without that window, and the log-likelihood\n      # ratio of a drop of 1, 2 and 4 times max_drop against no change. Its largest value pages.\n",
+    let looks = scan::windows(windows.short, windows.baseline);
+    let horizon = looks.last().map(|w| window_label(*w));
+    let mut out = format!(
+        "      # The drop scan (src/window/scan.rs): for each look-back window, the combined estimate with the\n      # reference's lambda against the reference, and the log-likelihood ratio of a drop of 1, 2 and 4\n      # times max_drop against no change. Its largest value pages. The reference is the last {baseline}\n      # without the last {horizon} (the longest look-back), the same for every window: a drop younger than\n      # {horizon} is in no reference. With less history than {baseline}, the reference is what Prometheus\n      # holds before the last {horizon}: none at first (no window qualifies, the scan is silent), then a\n      # growing one, its variance weighed; a window is compared only with a reference holding at least\n      # min_samples pairs and at least as many as the window.\n",
+        baseline = prom_duration(windows.baseline),
+        horizon = horizon.as_deref().unwrap_or("window"),
     );
     macro_rules! record {
         ($name:expr, $expr:expr $(,)?) => {
             push(&mut out, $name, $expr, None)
         };
     }
-    for w in scan::windows(windows.short, windows.baseline) {
+    for &w in &looks {
         push(
             &mut out,
             "ragwatch:scan_terms:increase",
@@ -57,16 +61,21 @@ pub(super) fn records(windows: &Windows) -> String {
             Some(("window", window_label(w))),
         );
     }
-    record!(
-        "ragwatch:scan_terms:rest",
-        "ragwatch:estimate_terms:increase24h - on (@@pool@@, metric, stratum, term) group_right ragwatch:scan_terms:increase",
-    );
+    // The reference, written once for each window (its `window` label) so that every rule below
+    // matches a window's series with its reference's one to one.
+    let reference = match &horizon {
+        Some(h) => format!(
+            "(\n  ragwatch:estimate_terms:increase24h\n    - on (@@pool@@, metric, stratum, term) ragwatch:scan_terms:increase{{window=\"{h}\"}}\n)\n+ on (@@pool@@, metric, stratum, term) group_right () (0 * ragwatch:scan_terms:increase)"
+        ),
+        None => "ragwatch:estimate_terms:increase24h + on (@@pool@@, metric, stratum, term) group_right () (0 * ragwatch:scan_terms:increase)".to_owned(),
+    };
+    record!("ragwatch:scan_terms:rest", &reference);
     let t = |part: &str, term: &str| format!("ragwatch:scan_terms:{part}{{term=\"{term}\"}}");
     let rest = |term: &str| t("rest", term);
     let inc = |term: &str| t("increase", term);
     let ratio = |num: String, den: String| format!("{num} / {ON} ({den} > 0)");
-    // The rest of the baseline: Yh, Fh, the mean offline score, Saa, Sbb, Sab, lambda, the mean and
-    // its variance, as ragwatch:estimate:*_24h computes them for the rest without the last 5m.
+    // The reference: Yh, Fh, the mean offline score, Saa, Sbb, Sab, lambda, the mean and its
+    // variance, as ragwatch:estimate:*_24h computes them for the baseline.
     record!("ragwatch:scan:rest_yhat", &ratio(rest("wy"), rest("w")));
     record!("ragwatch:scan:rest_fhat", &ratio(rest("wf"), rest("w")));
     record!("ragwatch:scan:rest_fbar", &ratio(rest("f"), rest("n")));
@@ -125,9 +134,9 @@ pub(super) fn records(windows: &Windows) -> String {
         "ragwatch:scan:window_mean",
         &theta("window", "ragwatch:scan:rest_lambda"),
     );
-    // The window's variance is the rest's scaled by their judged pairs, plus the rest's own; the
-    // window and its reference each hold at least min_samples pairs, the reference at least the
-    // window's.
+    // The window's variance is the reference's scaled by their judged pairs, plus the
+    // reference's own; the window and its reference each hold at least min_samples pairs, the
+    // reference at least the window's.
     record!(
         "ragwatch:scan:variance",
         &format!(

@@ -81,7 +81,7 @@ fn test(alert: &Alert) -> String {
         AlertKind::Drift => {
             let (vars, description) = drift::vars(m, |window, mean, reference, llr| {
                 format!(
-                    "The combined estimate of {} in stratum head over the last {window} is {}, against {} over the rest of its 24-hour baseline: the evidence of a drop (log-likelihood ratio {llr:.1}, paging at 15.0) is beyond what a healthy stratum shows once a year.",
+                    "The combined estimate of {} in stratum head over the last {window} is {}, against {} over its 24h baseline before the last 160m: the evidence of a drop (log-likelihood ratio {llr:.1}, paging at 15.0) is beyond what a healthy stratum shows once a year.",
                     words(m),
                     drift::humanize_percentage(mean),
                     drift::humanize_percentage(reference),

@@ -1,10 +1,55 @@
 //! The rules' windows: the three scoring windows, the health alerts' ranges and the alerts'
-//! pending durations, as Prometheus durations.
+//! pending durations, as Prometheus durations, and the timescale that divides them all.
 
 use std::time::Duration;
 
-/// The windows the rules are written with. [`Windows::SHIPPED`] is what deploy/ carries; a test
-/// running the rules in a real Prometheus for a minute generates them with shorter ones.
+/// A timescale factor: every duration of the rules divided by it (15: 5m -> 20s, 24h -> 96m).
+/// Finite and positive by construction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale(f64);
+
+// A Scale is never NaN (Scale::new refuses it), so equality is total.
+impl Eq for Scale {}
+
+impl Scale {
+    /// The shipped timescale: every duration as shipped.
+    pub const ONE: Scale = Scale(1.0);
+
+    /// The factor `f`, or why it is not one: it must be finite and positive.
+    pub fn new(f: f64) -> Result<Scale, String> {
+        if f.is_finite() && f > 0.0 {
+            Ok(Scale(f))
+        } else {
+            Err(format!("the scale {f} is not a finite positive number"))
+        }
+    }
+
+    /// The factor.
+    pub fn factor(self) -> f64 {
+        self.0
+    }
+
+    /// `d` divided by the factor, to the millisecond (Prometheus's resolution).
+    pub fn of(self, d: Duration) -> Duration {
+        if self.0 == 1.0 {
+            return d;
+        }
+        Duration::from_millis((d.as_millis() as f64 / self.0).round() as u64)
+    }
+}
+
+/// Parses `--scale`: a finite positive number.
+pub fn parse_scale(s: &str) -> Result<Scale, String> {
+    let f: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    Scale::new(f)
+}
+
+/// The windows the rules are written with. [`Windows::SHIPPED`] is what deploy/ carries;
+/// [`Windows::at_scale`] is the same rules at another timescale, every duration divided by one
+/// factor, for a test that runs them in a real Prometheus in minutes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Windows {
     /// The short window the floors, drops and shifts judge (5m).
@@ -17,8 +62,15 @@ pub struct Windows {
     /// Replaces the ranges of the health alerts (traffic, rejects, judge errors, budget, lag;
     /// 10m and 15m as shipped) when set.
     pub health: Option<Duration>,
-    /// Replaces every `for:` of 1m (the variant comparison's), 5m, 10m and 15m when set.
+    /// Replaces every `for:` of 1m (the variant comparison's, the partition watch's), 5m, 10m and
+    /// 15m when set.
     pub pending: Option<Duration>,
+    /// Divides every duration the rules carry besides the three windows: the health ranges and the
+    /// pending durations where not replaced, and the look-backs and reference of the drop scan
+    /// through the windows they follow. The windows are given as written ([`Windows::at_scale`]
+    /// divides them too). The millisecond that keeps a window sum from counting its first delta
+    /// twice (`offset 1ms`, `[4m59s999ms]`) is Prometheus's resolution, not a timescale, and stays.
+    pub scale: Scale,
 }
 
 impl Windows {
@@ -29,12 +81,32 @@ impl Windows {
         baseline: Duration::from_secs(86_400),
         health: None,
         pending: None,
+        scale: Scale::ONE,
     };
+
+    /// The shipped windows at timescale `scale`: every duration of the shipped rules divided by
+    /// it, so that the rules generated with them are the shipped rules, run faster.
+    pub fn at_scale(scale: Scale) -> Windows {
+        let s = Self::SHIPPED;
+        Windows {
+            short: scale.of(s.short),
+            middle: scale.of(s.middle),
+            baseline: scale.of(s.baseline),
+            health: None,
+            pending: None,
+            scale,
+        }
+    }
 
     /// The template variables: each window, each window one millisecond short (the exact window
     /// sums), the health ranges and the pending durations.
     pub(super) fn vars(&self) -> Vec<(&'static str, String)> {
-        let health = |d: u64| prom_duration(self.health.unwrap_or(Duration::from_secs(d)));
+        let health = |d: u64| {
+            prom_duration(
+                self.health
+                    .unwrap_or_else(|| self.scale.of(Duration::from_secs(d))),
+            )
+        };
         vec![
             ("short", prom_duration(self.short)),
             ("middle", prom_duration(self.middle)),
@@ -50,12 +122,20 @@ impl Windows {
             ("for_5m", self.pending_for(300)),
             ("for_10m", self.pending_for(600)),
             ("for_15m", self.pending_for(900)),
+            (
+                "horizon",
+                crate::window::scan::horizon(self.short, self.baseline)
+                    .map_or_else(|| "window".to_owned(), super::scan::window_label),
+            ),
         ]
     }
 
     /// A `for:` duration of `secs` as shipped, or the replacement.
     pub(super) fn pending_for(&self, secs: u64) -> String {
-        prom_duration(self.pending.unwrap_or(Duration::from_secs(secs)))
+        prom_duration(
+            self.pending
+                .unwrap_or_else(|| self.scale.of(Duration::from_secs(secs))),
+        )
     }
 }
 
@@ -66,7 +146,7 @@ pub(super) fn sum_range(d: Duration) -> String {
 }
 
 /// A Prometheus duration in hours, minutes, seconds and milliseconds: `23h59m59s999ms`, `5m`.
-pub(crate) fn prom_duration(d: Duration) -> String {
+pub fn prom_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         return "0s".to_owned();

@@ -8,8 +8,16 @@
 //! ```text
 //! L(window, d) = (d * (mu0 - m) - d^2 / 2) / (v + v0)
 //! ```
-//! where `mu0` and `v0` are the estimate and variance of the rest of the baseline (24 hours
-//! without that window, so a drop does not dilute its own reference). Page's CUSUM is the largest
+//! where `mu0` and `v0` are the estimate and variance of the reference: the baseline before the
+//! longest window ([`horizon`]; 24 hours without the last 160 minutes as shipped), one reference
+//! for every window. A drop younger than the longest window is in no reference, so no window is
+//! compared with a reference that the same drop has already filled (a reference that ended where
+//! each window starts would hold the older part of the drop for every window shorter than the
+//! drop). While the baseline holds less history than a full day, the reference is what it holds
+//! before the longest window: nothing during the first 160 minutes (no window qualifies and the
+//! scan is silent), then a reference that grows, its larger variance weighed by the ratio, and a
+//! window is compared only with a reference holding at least `min_samples` and at least as many
+//! judged pairs as the window. Page's CUSUM is the largest
 //! such ratio over every start point; the scan takes it over a geometric set of windows
 //! ([`WINDOWS`], 1 to 160 minutes as shipped), which keeps its memory bounded and lets it be written
 //! in PromQL over exact-window sums, so replicas pool. The drop sizes are 1, 2 and 4 times the
@@ -60,7 +68,7 @@ pub fn windows(short: Duration, baseline: Duration) -> Vec<Duration> {
     out
 }
 
-/// The rest of the baseline a window is compared with.
+/// The reference a window is compared with: the baseline before the longest window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reference {
     /// Its combined estimate, clamped to [0, 1].
@@ -78,12 +86,12 @@ pub struct Evidence {
     pub mean: f64,
     /// Its judged pairs.
     pub pairs: f64,
-    /// The rest of the baseline without this window.
+    /// The baseline before the longest window.
     pub reference: Reference,
 }
 
 impl Evidence {
-    /// A window's evidence from its sums and those of the rest of the baseline: the reference's
+    /// A window's evidence from its sums and those of the reference ([`reference`]): the reference's
     /// estimate tunes its own `lambda`, the window's takes it. `None` without an estimate on
     /// either side.
     pub fn of(window: &EstimateSums, rest: &EstimateSums) -> Option<Evidence> {
@@ -99,6 +107,18 @@ impl Evidence {
             },
         })
     }
+}
+
+/// The scan's horizon: its longest window, where the reference ends. `None` where the baseline
+/// holds no window twice.
+pub fn horizon(short: Duration, baseline: Duration) -> Option<Duration> {
+    windows(short, baseline).last().copied()
+}
+
+/// The reference's sums: those of the baseline (`baseline`, up to now) less those of the
+/// horizon (`horizon`, the longest window, up to now).
+pub fn reference(baseline: &EstimateSums, horizon: &EstimateSums) -> EstimateSums {
+    baseline.minus(horizon)
 }
 
 /// The log-likelihood ratio of "dropped by `drop`" against "unchanged" for one window, or `None`
@@ -132,6 +152,7 @@ pub fn scan(windows: &[Evidence], max_drop: f64, min_samples: f64) -> Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::Accumulate;
 
     fn evidence(mean: f64, pairs: f64) -> Evidence {
         Evidence {
@@ -154,6 +175,44 @@ mod tests {
         let w = windows(Duration::from_secs(20), Duration::from_secs(300));
         let secs: Vec<u64> = w.iter().map(|d| d.as_secs()).collect();
         assert_eq!(secs, [4, 8, 20, 40, 80]);
+        // The reference ends where the longest window starts: 160 minutes ago as shipped.
+        assert_eq!(
+            horizon(Duration::from_secs(300), Duration::from_secs(86_400)),
+            Some(Duration::from_secs(160 * 60))
+        );
+        assert_eq!(
+            horizon(Duration::from_secs(300), Duration::from_secs(60)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_drop_younger_than_the_horizon_is_in_no_reference() {
+        // Twenty minutes a step: healthy (mean 0.9) for 24 hours, then dropped (0.5) for the last
+        // forty minutes. Every window's reference is the baseline before the longest window, so
+        // none of them holds a dropped verdict, whichever window is judged.
+        let step = |mean: f64| {
+            let mut s = EstimateSums::default();
+            for i in 0..40 {
+                let y = if (i as f64) < mean * 40.0 { 1.0 } else { 0.0 };
+                s.merge(&EstimateSums::pair(y, 0.5, 0.5));
+                s.merge(&EstimateSums::population(0.5));
+            }
+            s
+        };
+        let mut prefix = vec![EstimateSums::default()];
+        for i in 0..74 {
+            let mut next = *prefix.last().unwrap();
+            next.merge(&step(if i < 72 { 0.9 } else { 0.5 }));
+            prefix.push(next);
+        }
+        let now = prefix[74];
+        let baseline = now.minus(&prefix[2]);
+        let horizon = now.minus(&prefix[74 - 8]);
+        let r = reference(&baseline, &horizon);
+        assert_eq!(r.k, 64.0 * 40.0);
+        let rest = r.estimate(1.0).unwrap();
+        assert!((rest.mean - 0.9).abs() < 1e-9, "{}", rest.mean);
     }
 
     #[test]

@@ -64,6 +64,12 @@ fn stays_live_for(rw: &Ragwatch, d: Duration) {
     }
 }
 
+/// The families that account for every produced trace: received or rejected.
+const TRACE_COUNTS: &[&str] = &[
+    "ragwatch_traces_received_total",
+    "ragwatch_traces_rejected_total",
+];
+
 fn received(rw: &Ragwatch) -> Option<f64> {
     rw.metrics()
         .map(|m| m.sum("ragwatch_traces_received_total", &[]))
@@ -121,9 +127,10 @@ fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
     }
     send(&p, &topic, &traces[600..]);
     p.flush(Duration::from_secs(120)).unwrap();
+    let catch_up = Duration::from_secs(120);
     wait_for(
         "every produced trace accounted for after the outage",
-        Duration::from_secs(120),
+        catch_up,
         || {
             let m = rw.metrics()?;
             let accounted = m.sum("ragwatch_traces_received_total", &[])
@@ -132,7 +139,8 @@ fn every_broker_down_then_back_loses_nothing_and_shows_the_outage() {
         },
     );
     eprintln!("caught up at {:?}", t0.elapsed());
-    let m = rw.metrics().unwrap();
+    // The counts once they stop moving: a trace read twice may be counted after the wait saw 900.
+    let m = rw.settled_metrics(TRACE_COUNTS, catch_up);
     assert_eq!(
         m.sum("ragwatch_traces_received_total", &[]),
         900.0,
@@ -183,15 +191,16 @@ fn a_killed_broker_process_is_reconnected_to_after_restart() {
 
     let broker = Broker::start_persistent(Some(port), &store);
     produce(&broker.brokers(), &topic, &traces[400..]);
-    wait_for(
-        "every produced trace after the restart",
-        Duration::from_secs(120),
-        || received(&rw).filter(|n| *n >= 600.0),
-    );
-    let m = wait_for("a broker seen up again", Duration::from_secs(30), || {
+    let catch_up = Duration::from_secs(120);
+    wait_for("every produced trace after the restart", catch_up, || {
+        received(&rw).filter(|n| *n >= 600.0)
+    });
+    wait_for("a broker seen up again", Duration::from_secs(30), || {
         rw.metrics()
             .filter(|m| m.sum("ragwatch_kafka_brokers_up", &[]) >= 1.0)
     });
+    // The counts once they stop moving (traces read again after the restart may still be counting).
+    let m = rw.settled_metrics(TRACE_COUNTS, catch_up);
     let total = m.sum("ragwatch_traces_received_total", &[]);
     eprintln!(
         "received {} before the outage was seen, {total} in all ({} read twice)",

@@ -135,10 +135,19 @@ fn the_corrupted_document_is_the_first_suspect() {
     )
     .unwrap();
     let rw = Ragwatch::start(&config, &[]);
-    wait_for("every trace", Duration::from_secs(60), || {
+    let deadline = Duration::from_secs(60);
+    // Every trace judged (a trace is counted received before its verdict is recorded), and the
+    // counts settled: the report's verdicts are compared with every trace of the file.
+    wait_for("every trace judged", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_traces_received_total", &[]) >= n as f64).then_some(())
+        (m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]) >= n as f64).then_some(())
     });
+    let m = rw.settled_metrics(&["ragwatch_traces_"], deadline);
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), n as f64);
+    assert_eq!(
+        m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]),
+        n as f64
+    );
     let (code, body) = http_get(rw.addr, "/v1/suspects?stratum=qa&judge=offline").unwrap();
     assert_eq!(code, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();

@@ -339,14 +339,28 @@ fn run_with_the_classifier_tier() {
         .collect();
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     let rw = Ragwatch::start(&classifier_config(dir.path(), &path), &[]);
-    let m = wait_for("every classifier verdict", Duration::from_secs(300), || {
-        let m = rw.metrics()?;
-        let judged = m.sum(
+    let deadline = Duration::from_secs(300);
+    let classified = |m: &crate::common::Samples| {
+        m.sum(
             "ragwatch_faithfulness_ratio_count",
             &[("judge", "classifier"), ("stratum", "qa")],
-        );
-        (judged >= n as f64).then_some(m)
+        )
+    };
+    wait_for("every classifier verdict", deadline, || {
+        let m = rw.metrics()?;
+        (classified(&m) >= n as f64).then_some(())
     });
+    // The request and verdict counters are counted apart from the histogram waited on: read
+    // once they have all stopped moving.
+    let m = rw.settled_metrics(
+        &[
+            "ragwatch_faithfulness_ratio",
+            "ragwatch_judge_requests_total",
+            "ragwatch_traces_",
+        ],
+        deadline,
+    );
+    assert_eq!(classified(&m), n as f64, "every trace classified once");
     assert_eq!(
         m.sum(
             "ragwatch_judge_requests_total",
@@ -458,18 +472,27 @@ fn run_with_the_classifier_as_prediction(n: usize, queue: usize) -> crate::commo
     )
     .unwrap();
     let rw = Ragwatch::start(&config, &[]);
-    wait_for(
-        "every trace's prediction and LLM verdict",
-        Duration::from_secs(300),
-        || {
-            let m = rw.metrics()?;
-            let predicted = m.sum("ragwatch_estimate_predictions_total", &[]);
-            let llm = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
-            let skipped = m.sum("ragwatch_traces_skipped_total", &[]);
-            // Each trace asks the LLM judge for claims, verdicts and questions: at least one request.
-            let done = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]) + skipped;
-            (predicted >= n as f64 && llm > 0.0 && done >= n as f64).then_some(m)
-        },
+    let deadline = Duration::from_secs(300);
+    wait_for("every trace's prediction and LLM verdict", deadline, || {
+        let m = rw.metrics()?;
+        let predicted = m.sum("ragwatch_estimate_predictions_total", &[]);
+        let llm = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
+        let skipped = m.sum("ragwatch_traces_skipped_total", &[]);
+        // Each trace asks the LLM judge for claims, verdicts and questions: at least one request.
+        let done = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]) + skipped;
+        (predicted >= n as f64 && llm > 0.0 && done >= n as f64).then_some(())
+    });
+    // The estimate's terms, the score histograms and the verdict counts are counted one after
+    // another: the callers compare them exactly, so they are read once all have stopped moving.
+    rw.settled_metrics(
+        &[
+            "ragwatch_estimate_predictions_total",
+            "ragwatch_estimate_terms_total",
+            "ragwatch_faithfulness_ratio",
+            "ragwatch_judge_requests_total",
+            "ragwatch_traces_",
+        ],
+        deadline,
     )
 }
 

@@ -22,12 +22,19 @@ fn file_run(dir: &Path, traces: &Path, n: usize, export: &str) -> (f64, Samples)
     .unwrap();
     let started = Instant::now();
     let r = Ragwatch::start(&config, &[]);
-    let m = wait_for("every trace judged", Duration::from_secs(120), || {
+    let deadline = Duration::from_secs(120);
+    wait_for("every trace judged", deadline, || {
         let m = r.metrics()?;
-        // Received is counted once the offline verdict is recorded, in the same call.
-        (m.sum("ragwatch_traces_received_total", &[]) >= n as f64).then_some(m)
+        (m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]) >= n as f64).then_some(())
     });
     let took = started.elapsed().as_secs_f64();
+    // A trace is counted received just before its offline verdict is recorded, and its scores
+    // after the verdict count: the counts compared between runs are read once they stop moving.
+    let m = r.settled_metrics(
+        &["ragwatch_traces_", "ragwatch_faithfulness_ratio"],
+        deadline,
+    );
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), n as f64);
     r.sigterm();
     let mut r = r;
     r.wait_exit(Duration::from_secs(30));

@@ -240,10 +240,21 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     let file = dir.path().join("traces.jsonl");
     std::fs::write(&file, &f.body).unwrap();
     let (rw, prom, _prom) = start(dir.path(), &file);
-    wait_for("the traces to be read", Duration::from_secs(60), || {
+    let deadline = Duration::from_secs(60);
+    wait_for("the traces to be judged", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_source_messages_total", &[]) >= traces.len() as f64).then_some(())
+        (m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]) >= traces.len() as f64)
+            .then_some(())
     });
+    let read = rw.settled_metrics(
+        &["ragwatch_traces_", "ragwatch_source_messages_total"],
+        deadline,
+    );
+    assert_eq!(
+        read.sum("ragwatch_traces_received_total", &[]),
+        traces.len() as f64,
+        "every trace read once"
+    );
     wait_for(
         "three scrapes of the feedback series",
         Duration::from_secs(30),
@@ -259,7 +270,18 @@ fn the_feedback_auroc_rule_in_prometheus_equals_the_in_process_figure() {
     let reply: Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["invalid"], 0, "{reply}");
     assert_eq!(reply["unknown_trace"], 0, "{reply}");
-    let m = rw.metrics().unwrap();
+    // Counted before the POST's answer; read settled all the same, as every count compared with
+    // what the feedback tool sent.
+    let m = rw.settled_metrics(
+        &[
+            "ragwatch_feedback_polarity_total",
+            "ragwatch_feedback_total",
+            "ragwatch_feedback_scores_total",
+            "ragwatch_labels_total",
+            "ragwatch_label_agreement_total",
+        ],
+        deadline,
+    );
     assert_feedback_counted(&m, &f, traces.len());
     // The scraped buckets' AUROC is final once the POST returned.
     let scraped = scraped_auroc(&m);

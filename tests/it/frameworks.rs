@@ -120,6 +120,20 @@ fn assemble(batches: &Path, preset: &str) -> Vec<Completed<u32>> {
     out
 }
 
+/// The families [`check_counts`] and [`same_scores`] compare: a trace is counted assembled, then
+/// received, then judged and scored, one after the other, so they are read once all have stopped
+/// moving.
+const COUNTED: &[&str] = &[
+    "ragwatch_traces_",
+    "ragwatch_spans_",
+    "ragwatch_source_messages_total",
+    "ragwatch_faithfulness_ratio",
+    "ragwatch_answer_relevancy_ratio",
+    "ragwatch_context_relevance_ratio",
+    "ragwatch_no_claims_total",
+    "ragwatch_refusals_total",
+];
+
 /// The offline judge's figures that must agree between the spans and the pipeline's own texts.
 const SCORES: [&str; 6] = [
     "ragwatch_faithfulness_ratio_sum",
@@ -204,14 +218,16 @@ fn run_pair(pair: &Pair) {
 
     // The running receiver: every trace counted, the queries judged, index building not_rag.
     let total = (N + pair.setup) as f64;
-    let m = wait_for(
+    let deadline = Duration::from_secs(60);
+    wait_for(
         &format!("{what}: {total} traces assembled"),
-        Duration::from_secs(60),
+        deadline,
         || {
             let m = receiver.metrics()?;
-            (m.sum("ragwatch_traces_assembled_total", &[]) >= total).then_some(m)
+            (m.sum("ragwatch_traces_assembled_total", &[]) >= total).then_some(())
         },
     );
+    let m = receiver.settled_metrics(COUNTED, deadline);
     check_counts(&what, &m, pair);
 
     // The pipeline's own texts in ragwatch's native form score the same.
@@ -241,13 +257,17 @@ fn run_pair(pair: &Pair) {
     )
     .unwrap();
     let from_file = Ragwatch::start(&file_config, &[]);
-    let native_m = wait_for(
-        &format!("{what}: native traces"),
-        Duration::from_secs(30),
-        || {
-            let m = from_file.metrics()?;
-            (m.sum("ragwatch_traces_received_total", &[]) == N as f64).then_some(m)
-        },
+    let deadline = Duration::from_secs(30);
+    wait_for(&format!("{what}: native traces"), deadline, || {
+        let m = from_file.metrics()?;
+        (m.sum("ragwatch_traces_received_total", &[]) == N as f64).then_some(())
+    });
+    // The last trace's scores are recorded after it is counted received.
+    let native_m = from_file.settled_metrics(COUNTED, deadline);
+    assert_eq!(
+        native_m.sum("ragwatch_traces_received_total", &[]),
+        N as f64,
+        "{what}: native traces"
     );
     same_scores(&format!("{what}: native against spans"), &native_m, &m);
     eprintln!(
@@ -428,16 +448,18 @@ fn check_kafka(what: &str, dir: &Path, pair: &Pair, batches: &Path, live: &Sampl
     let env = Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g"));
     let consumer = Ragwatch::start(&config, &env);
     let total = (N + pair.setup) as f64;
-    let m = wait_for(
+    let deadline = Duration::from_secs(60);
+    wait_for(
         &format!("{what}: {total} traces from Kafka"),
-        Duration::from_secs(60),
+        deadline,
         || {
             let m = consumer.metrics()?;
             (m.sum("ragwatch_traces_assembled_total", &[]) >= total
                 && m.sum("ragwatch_traces_received_total", &[]) >= total)
-                .then_some(m)
+                .then_some(())
         },
     );
+    let m = consumer.settled_metrics(COUNTED, deadline);
     check_counts(&format!("{what} (Kafka)"), &m, pair);
     assert_eq!(
         m.sum("ragwatch_source_messages_total", &[]),

@@ -165,6 +165,7 @@ fn shortened_windows() -> Windows {
         baseline: Duration::from_secs(310),
         health: Some(Duration::from_secs(20)),
         pending: Some(Duration::from_secs(3)),
+        ..Windows::SHIPPED
     }
 }
 

@@ -144,12 +144,26 @@ fn strata_counts_are_exact_and_poison_never_blocks() {
         config(),
         &Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g")),
     );
-    let m = wait_for("all traces counted", Duration::from_secs(60), || {
+    let deadline = Duration::from_secs(60);
+    wait_for("all traces counted", deadline, || {
         let m = rw.metrics()?;
         (m.sum("ragwatch_traces_received_total", &[]) == 300.0
             && m.sum("ragwatch_traces_rejected_total", &[]) == rejects.values().sum::<f64>())
-        .then_some(m)
+        .then_some(())
     });
+    // A trace is counted received before its contexts, verdict and scores: the last ones may still
+    // be counting when the totals are seen.
+    let m = rw.settled_metrics(
+        &[
+            "ragwatch_traces_",
+            "ragwatch_retrieval_score",
+            "ragwatch_contexts_retrieved",
+            "ragwatch_faithfulness_ratio",
+            "ragwatch_no_claims_total",
+        ],
+        deadline,
+    );
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), 300.0);
     for (stratum, n) in &expected {
         assert_eq!(
             m.sum("ragwatch_traces_received_total", &[("stratum", stratum)]),

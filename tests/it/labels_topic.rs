@@ -75,10 +75,19 @@ fn labels_from_a_kafka_topic_join_traces_and_move_the_auroc() {
     ]);
     let rw = Ragwatch::start(&repo().join("config/ragwatch.toml"), &env);
     produce(&broker.brokers(), &traces_topic, &traces);
-    wait_for("every trace to be read", Duration::from_secs(60), || {
+    let deadline = Duration::from_secs(60);
+    wait_for("every trace to be judged", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_traces_received_total", &[]) >= traces.len() as f64).then_some(())
+        (m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]) >= traces.len() as f64)
+            .then_some(())
     });
+    // Every trace read once and remembered before its label is produced (one unknown label is
+    // expected, no more).
+    let read = rw.settled_metrics(&["ragwatch_traces_"], deadline);
+    assert_eq!(
+        read.sum("ragwatch_traces_received_total", &[]),
+        traces.len() as f64
+    );
 
     let (labels, faithful) = label_messages(&traces);
     produce(&broker.brokers(), &labels_topic, &labels);
@@ -88,12 +97,45 @@ fn labels_from_a_kafka_topic_join_traces_and_move_the_auroc() {
         "{faithful} / {unfaithful}"
     );
 
-    let m = wait_for("every label to be joined", Duration::from_secs(60), || {
+    wait_for("every label to be joined", deadline, || {
         let m = rw.metrics()?;
         (m.sum("ragwatch_labels_total", &[("outcome", "joined")]) >= traces.len() as f64
             && m.0.iter().any(|s| s.0 == "ragwatch_label_auroc_ratio"))
-        .then_some(m)
+        .then_some(())
     });
+    // A label is counted joined before it is compared and bucketed, and the in-process AUROC is
+    // the evaluator's (every second): the counts once they stop moving, then the AUROC once its
+    // pass has read them.
+    let counts = rw.settled_metrics(
+        &[
+            "ragwatch_labels_total",
+            "ragwatch_label_agreement_total",
+            "ragwatch_labelled_score",
+        ],
+        deadline,
+    );
+    let m = wait_for(
+        "the in-process AUROC of the settled counts",
+        deadline,
+        || {
+            let m = rw.metrics()?;
+            let from_counts = counts.auroc(LABELLED, ("human", "faithful"), "offline", "head")?;
+            let auroc = m.sum(
+                "ragwatch_label_auroc_ratio",
+                &[("judge", "offline"), ("stratum", "head")],
+            );
+            ((auroc - from_counts).abs() < 1e-9).then_some(m)
+        },
+    );
+    // The scrape the AUROC was read from holds the settled counts still.
+    for family in [
+        "ragwatch_labels_total",
+        "ragwatch_label_agreement_total",
+        "ragwatch_labelled_scores_total",
+        "ragwatch_labelled_score_ratio_count",
+    ] {
+        assert_eq!(m.sum(family, &[]), counts.sum(family, &[]), "{family}");
+    }
     assert_eq!(
         m.sum("ragwatch_labels_total", &[("outcome", "joined")]),
         traces.len() as f64

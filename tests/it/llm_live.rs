@@ -73,10 +73,12 @@ fn assert_cached_verdicts_are_not_calls(
         .collect();
     assert_eq!(again.len(), 5, "{full:?}");
     produce(&broker.brokers(), topic, &again);
-    let after = wait_for("cached verdicts", Duration::from_secs(30), || {
+    let deadline = Duration::from_secs(30);
+    wait_for("cached verdicts", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]) >= 5.0).then_some(m)
+        (m.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]) >= 5.0).then_some(())
     });
+    let after = rw.settled_metrics(&["ragwatch_judge_requests_total"], deadline);
     assert_eq!(
         after.sum("ragwatch_judge_requests_total", &[("judge", "llm")])
             - after.sum("ragwatch_judge_requests_total", &[("outcome", "cached")]),
@@ -188,11 +190,25 @@ fn run_with_kafka_and_the_llm_judge_end_to_end() {
     env.push(("RAGWATCH__SAMPLE__DEFAULT_RATE", "1.0".into()));
     env.push(("RAGWATCH_LLM_API_KEY", "sk-test-secret".into()));
     let mut rw = Ragwatch::start(Path::new(&s.config), &env);
-    let m = wait_for("llm verdicts", Duration::from_secs(60), || {
+    let deadline = Duration::from_secs(60);
+    wait_for("llm verdicts", deadline, || {
         let m = rw.metrics()?;
         let done = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
-        (done >= 60.0).then_some(m)
+        let sampled = m.sum("ragwatch_traces_sampled_total", &[]);
+        let settled = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")])
+            + m.sum("ragwatch_traces_skipped_total", &[]);
+        (done >= 60.0 && sampled >= 60.0 && settled >= sampled).then_some(())
     });
+    // The calls made for the 60 traces, once every sampled trace is judged or skipped and the
+    // counts stop: the cached verdicts below are compared with this count exactly.
+    let m = rw.settled_metrics(
+        &[
+            "ragwatch_judge_requests_total",
+            "ragwatch_traces_",
+            "ragwatch_faithfulness_ratio",
+        ],
+        deadline,
+    );
     let judged = m.sum("ragwatch_judge_requests_total", &[("judge", "llm")]);
     let full: Vec<String> = records_file(&s)
         .iter()

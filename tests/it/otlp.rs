@@ -122,6 +122,23 @@ const COMPARED: [(&str, &[(&str, &str)]); 12] = [
     ("ragwatch_refusals_total", &[("judge", "offline")]),
 ];
 
+/// The families compared with what was sent (and between ways in): a trace is counted
+/// assembled, received, then judged and scored, one count after the other, so they are read
+/// once all have stopped moving.
+const COUNTED: &[&str] = &[
+    "ragwatch_traces_",
+    "ragwatch_spans_",
+    "ragwatch_source_messages_total",
+    "ragwatch_faithfulness_ratio",
+    "ragwatch_answer_relevancy_ratio",
+    "ragwatch_context_relevance_ratio",
+    "ragwatch_retrieval_score",
+    "ragwatch_contexts_retrieved",
+    "ragwatch_citations_total",
+    "ragwatch_no_claims_total",
+    "ragwatch_refusals_total",
+];
+
 fn assert_same_scores(
     what: &str,
     native: &Samples,
@@ -204,15 +221,15 @@ fn same_scores_three_ways(preset: &str, kafka_json: bool) {
             .or_default() += 1.0;
     }
     assert_eq!(strata.values().sum::<f64>(), n as f64);
+    let deadline = Duration::from_secs(90);
+    // Every trace received, then the counts once they stop moving: a trace is counted received
+    // before its verdict and scores, so the last trace's may still be counting when it is seen.
     let settled = |rw: &Ragwatch| {
-        wait_for(
-            &format!("{preset}: {n} traces"),
-            Duration::from_secs(90),
-            || {
-                let m = rw.metrics()?;
-                (m.sum("ragwatch_traces_received_total", &[]) == n as f64).then_some(m)
-            },
-        )
+        wait_for(&format!("{preset}: {n} traces"), deadline, || {
+            let m = rw.metrics()?;
+            (m.sum("ragwatch_traces_received_total", &[]) == n as f64).then_some(())
+        });
+        rw.settled_metrics(COUNTED, deadline)
     };
     let native_m = settled(&from_file);
     for (what, rw) in [
@@ -256,7 +273,7 @@ fn same_scores_three_ways(preset: &str, kafka_json: bool) {
         "{preset}: {spans_per_trace} spans per trace"
     );
     for (protocol, rw) in [("http", &receiver), ("grpc", &grpc_receiver)] {
-        let m = rw.metrics().unwrap();
+        let m = rw.settled_metrics(&["ragwatch_otlp_requests_total"], deadline);
         let ok = m.sum(
             "ragwatch_otlp_requests_total",
             &[("protocol", protocol), ("outcome", "ok")],
@@ -430,13 +447,16 @@ fn every_compression_codec_is_readable() {
             &config,
             &Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g")),
         );
-        let m = wait_for(
-            &format!("{codec}: 30 traces"),
-            Duration::from_secs(60),
-            || {
-                let m = rw.metrics()?;
-                (m.sum("ragwatch_traces_received_total", &[]) == 30.0).then_some(m)
-            },
+        let deadline = Duration::from_secs(60);
+        wait_for(&format!("{codec}: 30 traces"), deadline, || {
+            let m = rw.metrics()?;
+            (m.sum("ragwatch_traces_received_total", &[]) == 30.0).then_some(())
+        });
+        let m = rw.settled_metrics(COUNTED, deadline);
+        assert_eq!(
+            m.sum("ragwatch_traces_received_total", &[]),
+            30.0,
+            "{codec}"
         );
         assert_eq!(m.sum("ragwatch_traces_rejected_total", &[]), 0.0, "{codec}");
         assert_eq!(
@@ -513,19 +533,20 @@ fn hostile_otlp_is_rejected_with_reasons_and_blocks_nothing() {
         &config,
         &Ragwatch::kafka_env(&broker.brokers(), &topic, &unique("g")),
     );
-    let m = wait_for(
-        "20 traces and every poison counted",
-        Duration::from_secs(60),
-        || {
-            let m = rw.metrics()?;
-            (m.sum("ragwatch_traces_received_total", &[]) == 20.0
-                && m.sum(
-                    "ragwatch_traces_rejected_total",
-                    &[("reason", "span_cycle")],
-                ) == 1.0)
-                .then_some(m)
-        },
-    );
+    let deadline = Duration::from_secs(60);
+    wait_for("20 traces and every poison counted", deadline, || {
+        let m = rw.metrics()?;
+        (m.sum("ragwatch_traces_received_total", &[]) == 20.0
+            && m.sum(
+                "ragwatch_traces_rejected_total",
+                &[("reason", "span_cycle")],
+            ) == 1.0)
+            .then_some(())
+    });
+    // The other reasons, the dropped spans and the messages are counted apart from the two waited
+    // on: read once they all stop moving.
+    let m = rw.settled_metrics(COUNTED, deadline);
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), 20.0);
     for (reason, n) in [
         ("truncated", 1.0),
         ("invalid_protobuf", 1.0),
@@ -676,10 +697,25 @@ fn the_receiver_speaks_otlp_grpc() {
 
     // Traces 1, 2 and 5 are judged; trace 9, without its retriever span, is received and
     // unjudged; trace 4 was refused.
-    let m = wait_for("four traces received", Duration::from_secs(30), || {
+    let deadline = Duration::from_secs(30);
+    wait_for("four traces received", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_traces_received_total", &[]) == 4.0).then_some(m)
+        (m.sum("ragwatch_traces_received_total", &[]) == 4.0).then_some(())
     });
+    // A trace is judged after it is counted received, and the calls and refusals are counted
+    // apart: every count compared with what the client did, once they stop moving.
+    let m = rw.settled_metrics(
+        &[
+            COUNTED,
+            &[
+                "ragwatch_write_refused_total",
+                "ragwatch_otlp_requests_total",
+            ],
+        ]
+        .concat(),
+        deadline,
+    );
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), 4.0);
     assert_eq!(
         m.sum(
             "ragwatch_write_refused_total",

@@ -237,10 +237,22 @@ fn the_receiver_speaks_otlp_http() {
     let (rw, addr) = receiver(dir.path());
     post_protobuf_and_json(addr);
     post_what_it_cannot_take(addr);
-    let m = wait_for("two traces judged", Duration::from_secs(10), || {
+    let deadline = Duration::from_secs(10);
+    wait_for("two traces judged", deadline, || {
         let m = rw.metrics()?;
-        (m.sum("ragwatch_traces_received_total", &[]) == 2.0).then_some(m)
+        (m.sum("ragwatch_traces_received_total", &[]) == 2.0).then_some(())
     });
+    // The requests and the spans dropped are counted apart from the traces: every count compared
+    // with what the client sent, once they stop moving.
+    let m = rw.settled_metrics(
+        &[
+            "ragwatch_traces_",
+            "ragwatch_spans_",
+            "ragwatch_otlp_requests_total",
+        ],
+        deadline,
+    );
+    assert_eq!(m.sum("ragwatch_traces_received_total", &[]), 2.0);
     let requests = |outcome: &str| m.sum("ragwatch_otlp_requests_total", &[("outcome", outcome)]);
     assert_eq!(requests("partial"), 2.0);
     assert_eq!(requests("too_large"), 1.0);
@@ -299,7 +311,17 @@ fn a_million_span_request_is_refused_from_its_wire_count() {
         million.len() >> 20,
         started.elapsed()
     );
-    let m = big_rw.metrics().unwrap();
+    // Counted as the request is refused; read once the counts stop moving, as every count
+    // compared with what the client saw.
+    let m = big_rw.settled_metrics(
+        &[
+            "ragwatch_traces_",
+            "ragwatch_spans_",
+            "ragwatch_otlp_requests_total",
+        ],
+        // As long as the client would have waited for the answer (its read timeout).
+        Duration::from_secs(20),
+    );
     assert_eq!(
         m.sum(
             "ragwatch_traces_rejected_total",

@@ -253,18 +253,20 @@ fn a_real_model_behind_llama_cpp_python_through_replay_and_run() {
     )
     .unwrap();
     let mut rw = Ragwatch::start(&config, &[]);
-    let m = wait_for(
-        "every sampled trace judged or skipped",
-        Duration::from_secs(1800),
-        || {
-            let m = rw.metrics()?;
-            let sampled = m.sum("ragwatch_traces_sampled_total", &[]);
-            // Settled verdicts, not answered calls: a call is counted when its answer arrives and
-            // its verdict a moment later, so waiting on calls races the count checked below.
-            let settled = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")])
-                + m.sum("ragwatch_traces_skipped_total", &[]);
-            (sampled >= n as f64 && settled >= sampled).then_some(m)
-        },
+    let deadline = Duration::from_secs(1800);
+    wait_for("every sampled trace judged or skipped", deadline, || {
+        let m = rw.metrics()?;
+        let sampled = m.sum("ragwatch_traces_sampled_total", &[]);
+        // Settled verdicts, not answered calls: a call is counted when its answer arrives and
+        // its verdict a moment later, so waiting on calls races the count checked below.
+        let settled = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")])
+            + m.sum("ragwatch_traces_skipped_total", &[]);
+        (sampled >= n as f64 && settled >= sampled).then_some(())
+    });
+    // The judged count is compared with the records exactly: read once the counts stop moving.
+    let m = rw.settled_metrics(
+        &["ragwatch_traces_", "ragwatch_judge_tokens_total"],
+        deadline,
     );
     let text = rw.scrape().unwrap();
     assert!(!text.contains("NaN"), "no NaN on /metrics");

@@ -61,15 +61,24 @@ fn run(server: &JudgeServer, lines: &[String], builtins: &str) -> Run {
     )
     .unwrap();
     let rw = Ragwatch::start(&config, &[("RAGWATCH_LLM_API_KEY", "sk-test".into())]);
-    let metrics = wait_for(
-        "every trace judged by both judges",
-        Duration::from_secs(60),
-        || {
-            let m = rw.metrics()?;
-            let llm = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]);
-            let offline = m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]);
-            (llm >= lines.len() as f64 && offline >= lines.len() as f64).then_some(m)
-        },
+    let deadline = Duration::from_secs(60);
+    wait_for("every trace judged by both judges", deadline, || {
+        let m = rw.metrics()?;
+        let llm = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")]);
+        let offline = m.sum("ragwatch_traces_judged_total", &[("judge", "offline")]);
+        (llm >= lines.len() as f64 && offline >= lines.len() as f64).then_some(())
+    });
+    // A verdict is counted before its scores reach the histograms, and the redactions apart: the
+    // counts compared exactly, read once they stop moving.
+    let metrics = rw.settled_metrics(
+        &[
+            "ragwatch_traces_",
+            "ragwatch_redactions_total",
+            "ragwatch_faithfulness_ratio",
+            "ragwatch_answer_relevancy_ratio",
+            "ragwatch_context_relevance_ratio",
+        ],
+        deadline,
     );
     promtool_check_metrics_in_tier(&rw.scrape().unwrap());
     Run {

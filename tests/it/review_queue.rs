@@ -44,16 +44,17 @@ fn picked_traces_are_pulled_once_sheeted_and_their_labels_join() {
     )
     .unwrap();
     let rw = Ragwatch::start(&config, &[("RAGWATCH_LLM_API_KEY", "unused".into())]);
-    // Every trace judged: the picks stop growing.
-    let picks = || {
-        rw.metrics()
-            .map(|m| m.sum("ragwatch_review_picked_total", &[("stratum", "head")]))
-    };
-    wait_for("the picks to settle", Duration::from_secs(90), || {
-        let before = picks()?;
-        std::thread::sleep(Duration::from_secs(2));
-        (before >= 20.0 && picks()? == before).then_some(())
+    // Every trace judged by the LLM judge or skipped, then the picks once they stop growing.
+    let deadline = Duration::from_secs(90);
+    wait_for("every trace judged", deadline, || {
+        let m = rw.metrics()?;
+        let done = m.sum("ragwatch_traces_judged_total", &[("judge", "llm")])
+            + m.sum("ragwatch_traces_skipped_total", &[]);
+        (done >= 300.0).then_some(())
     });
+    let m = rw.settled_metrics(&["ragwatch_traces_", "ragwatch_review_"], deadline);
+    let picks = m.sum("ragwatch_review_picked_total", &[("stratum", "head")]);
+    assert!(picks >= 20.0, "{picks} picks");
     // One line a pick in the file (a pick with several reasons counts under each in the metric).
     let picked = std::fs::read_to_string(&queue).unwrap().lines().count();
     let write = rw.write_addr();
@@ -126,7 +127,8 @@ fn picked_traces_are_pulled_once_sheeted_and_their_labels_join() {
     );
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(&format!("\"joined\":{rows}")), "{said}");
-    let m = rw.metrics().unwrap();
+    // The labels joined as `review post` was told, once the counts stop moving.
+    let m = rw.settled_metrics(&["ragwatch_review_", "ragwatch_labels_total"], deadline);
     let labelled = m.sum(
         "ragwatch_review_terms_total",
         &[("stratum", "head"), ("phase", "review"), ("term", "n")],

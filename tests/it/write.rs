@@ -30,8 +30,20 @@ fn label(id: &str) -> String {
     format!("{{\"trace_id\": \"{id}\", \"faithful\": true}}\n")
 }
 
-fn refused(rw: &Ragwatch, endpoint: &str, reason: &str) -> f64 {
-    rw.metrics().unwrap().sum(
+/// How long a write's counts may take to stop moving: the tests' own wait for the listener.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The write listener's counts once they stop moving: refusals and labels, compared with what
+/// the clients were answered.
+fn write_counts(rw: &Ragwatch) -> Samples {
+    rw.settled_metrics(
+        &["ragwatch_write_refused_total", "ragwatch_labels_total"],
+        SETTLE,
+    )
+}
+
+fn refused(m: &Samples, endpoint: &str, reason: &str) -> f64 {
+    m.sum(
         "ragwatch_write_refused_total",
         &[("endpoint", endpoint), ("reason", reason)],
     )
@@ -130,11 +142,11 @@ fn writes_need_a_valid_token_and_refusals_are_counted() {
     assert_eq!(code, 401);
     let (code, _) = http_post_as(w, "/v1/labels", &body, Some("file-traces-token"));
     assert_eq!(code, 403);
-    assert_eq!(refused(&rw, "labels", "missing_credentials"), 1.0);
-    assert_eq!(refused(&rw, "labels", "malformed_credentials"), 1.0);
-    assert_eq!(refused(&rw, "labels", "unknown_token"), 1.0);
-    assert_eq!(refused(&rw, "labels", "forbidden"), 1.0);
-    let m = rw.metrics().unwrap();
+    let m = write_counts(&rw);
+    assert_eq!(refused(&m, "labels", "missing_credentials"), 1.0);
+    assert_eq!(refused(&m, "labels", "malformed_credentials"), 1.0);
+    assert_eq!(refused(&m, "labels", "unknown_token"), 1.0);
+    assert_eq!(refused(&m, "labels", "forbidden"), 1.0);
     assert_eq!(
         m.sum("ragwatch_labels_total", &[]),
         0.0,
@@ -147,9 +159,7 @@ fn writes_need_a_valid_token_and_refusals_are_counted() {
         assert_eq!(code, 200, "{token}: {reply}");
     }
     assert_eq!(
-        rw.metrics()
-            .unwrap()
-            .sum("ragwatch_labels_total", &[("outcome", "joined")]),
+        write_counts(&rw).sum("ragwatch_labels_total", &[("outcome", "joined")]),
         3.0
     );
     // The admin port takes no writes, with a token or without.
@@ -337,7 +347,7 @@ async fn tls_with_tokens_and_client_certificates_reloaded_on_change() {
         cleartext.map_or(true, |r| r.status() != 200),
         "plain HTTP on the TLS port"
     );
-    let m = rw.metrics().unwrap();
+    let m = write_counts(&rw);
     assert_eq!(
         m.sum(
             "ragwatch_write_refused_total",
@@ -444,8 +454,9 @@ fn a_client_over_its_rate_is_told_to_retry_later_and_counted() {
     );
     assert!(raw.starts_with("HTTP/1.1 429"), "{raw}");
     assert!(raw.to_ascii_lowercase().contains("retry-after: 1"), "{raw}");
-    assert_eq!(refused(&rw, "labels", "rate_limited"), 6.0);
-    assert_eq!(refused(&rw, "labels", "unknown_token"), 1.0);
+    let m = write_counts(&rw);
+    assert_eq!(refused(&m, "labels", "rate_limited"), 6.0);
+    assert_eq!(refused(&m, "labels", "unknown_token"), 1.0);
     // A second later the client has a request again.
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(http_post(w, "/v1/labels", &body).0, 200);

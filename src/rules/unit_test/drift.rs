@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::dimensions::Quality;
 use crate::window::EstimateSums;
-use crate::window::scan::{DROP_MULTIPLES, Evidence, llr, scan, windows};
+use crate::window::scan::{DROP_MULTIPLES, Evidence, horizon, llr, reference, scan, windows};
 
 use super::super::scan::window_label;
 
@@ -103,15 +103,19 @@ impl Stratum {
         out
     }
 
-    /// Each look-back window's evidence at minute `at`, against the rest of the minutes up to it.
+    /// Each look-back window's evidence at minute `at`, against the reference: the minutes up to
+    /// it before the longest window.
     fn evidence(&self, at: u32) -> Vec<(String, Evidence)> {
         let all = self.between(0, at);
-        windows(Duration::from_secs(300), Duration::from_secs(86_400))
+        let (short, day) = (Duration::from_secs(300), Duration::from_secs(86_400));
+        let minutes = |w: Duration| (w.as_secs() / 60) as u32;
+        let longest = horizon(short, day).expect("the shipped windows have a horizon");
+        let rest = reference(&all, &self.between(at.saturating_sub(minutes(longest)), at));
+        windows(short, day)
             .into_iter()
             .filter_map(|w| {
-                let minutes = (w.as_secs() / 60) as u32;
-                let window = self.between(at.saturating_sub(minutes), at);
-                let e = Evidence::of(&window, &all.minus(&window))?;
+                let window = self.between(at.saturating_sub(minutes(w)), at);
+                let e = Evidence::of(&window, &rest)?;
                 Some((window_label(w), e))
             })
             .collect()
@@ -237,14 +241,15 @@ pub(super) fn vars(
         name: "paired",
         phases: vec![(1, paired(40.0, 0.8, 0.68, 0.6, 0.4, 0.5, 0.62))],
     };
-    // young: 4 verdicts a minute, supported or not (mean 0.75) for 25 minutes, a 100-verdict
-    // baseline uncertain by +-0.07; then 0.6 or 0.7 (mean 0.65). A drop of 0.10 within the
-    // baseline's own noise.
+    // young: 2.5 verdicts a minute, supported or not (mean 0.75) for 185 minutes, then 0.6 or 0.7
+    // (mean 0.65). At minute 40 Prometheus holds less than the longest look-back (160 minutes): no
+    // reference, no evidence. At minute 200 the reference is the 40 minutes before the longest
+    // look-back, 100 verdicts uncertain by +-0.07: a drop of 0.10 within its own noise.
     let young = Stratum {
         name: "young",
         phases: vec![
-            (1, llm_only(4.0, 0.75, 0.75)),
-            (26, llm_only(4.0, 0.65, 0.425)),
+            (1, llm_only(2.5, 0.75, 0.75)),
+            (186, llm_only(2.5, 0.65, 0.425)),
         ],
     };
     let mut series = String::new();
@@ -311,11 +316,16 @@ pub(super) fn vars(
         at,
         &[],
     ));
-    let young_at = 40;
+    let young_at = 200;
     let young_windows = per_window(&young.evidence(young_at));
+    assert!(!young_windows.is_empty(), "the thin reference is compared");
     assert!(
         young_windows.iter().all(|(_, v)| *v < PAGE_LLR),
         "a drop within a thin baseline's noise does not page"
+    );
+    assert!(
+        young.evidence(40).is_empty(),
+        "no reference before the longest look-back"
     );
     let vars = vec![
         (
@@ -324,17 +334,25 @@ pub(super) fn vars(
         ),
         ("series", series.trim_end_matches('\n').to_owned()),
         ("exp_values", values.trim_end_matches('\n').to_owned()),
-        ("young_thresholds", thresholds(name, &[&young], 60)),
+        ("young_thresholds", thresholds(name, &[&young], 220)),
         (
             "young_series",
-            young.series(name, 60).trim_end_matches('\n').to_owned(),
+            young.series(name, 220).trim_end_matches('\n').to_owned(),
         ),
         (
             "young_values",
-            expect(
-                "round(max by (window) (ragwatch:scan:llr{stratum=\"young\"}), 0.01)",
-                young_at,
-                &windows_of(&young_windows),
+            format!(
+                "      # Less history than the longest look-back: no reference, no ratio.\n{}{}",
+                expect(
+                    "round(max by (window) (ragwatch:scan:llr{stratum=\"young\"}), 0.01)",
+                    40,
+                    &[],
+                ),
+                expect(
+                    "round(max by (window) (ragwatch:scan:llr{stratum=\"young\"}), 0.01)",
+                    young_at,
+                    &windows_of(&young_windows),
+                )
             )
             .trim_end_matches('\n')
             .to_owned(),

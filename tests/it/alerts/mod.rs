@@ -3,13 +3,16 @@
 //! (labels used only to build the stream and to drive the judge stand-in; nothing of the file is in
 //! the repository) stream to a tansu topic in two strata at 20 traces/s each, both 90 % faithful;
 //! then the `degrading` stratum drops to 50 %. ragwatch runs the shipped `config/llm.toml` with only
-//! what a test must change (Kafka source, windows shortened as the rules are, the judge's base_url,
+//! what a test must change (Kafka source, windows at the rules' timescale, the judge's base_url,
 //! the two strata declared, half the traces sampled with the budget raised to fit: see
 //! `SAMPLE_RATE`); the LLM judge is a stand-in HTTP server whose verdicts follow the human labels
-//! with noise (`tests/it/common/judge/labels.rs`). Debian's Prometheus scrapes every second and evaluates the
-//! shipped `deploy/prometheus/rules.yaml` with its ranges shortened; Debian's Alertmanager runs the
-//! shipped `deploy/alertmanager/alertmanager.yml` with its receivers pointed at a webhook in this
-//! test.
+//! with noise (`tests/it/common/judge/labels.rs`). Debian's Prometheus evaluates the shipped rules
+//! at 15x (`ragwatch rules --scale 15`: 5m is 20 s, 24h is 96 min), scraping every second and
+//! evaluating every 2 s (30 s divided); the drop scan's reference (the baseline before its longest
+//! look-back, 10 min 40 s at 15x) comes from a healthy history ragwatch judges first and the test
+//! backfills into Prometheus's TSDB before it starts (`paging/run.rs`). Debian's Alertmanager runs
+//! the shipped `deploy/alertmanager/alertmanager.yml` with its receivers pointed at a webhook in
+//! this test.
 //!
 //! Checked: nothing fires while both strata are healthy; the degrading stratum pages (critical,
 //! RagwatchFaithfulnessBelowFloor or RagwatchFaithfulnessDrift, to the pager receiver, with its
@@ -18,10 +21,9 @@
 //! traces the test sent, among them answers the human labels call unfaithful.
 //! Printed: the time from the drop to the page, and the estimates behind it.
 //!
-//! Its parts: Alertmanager's side (`delivery.rs`), the traffic and the reviewer (`traffic.rs`), what
+//! Its parts: Alertmanager's side (`common/alertmanager.rs`), the traffic and the reviewer (`traffic.rs`), what
 //! is read from Prometheus (`prometheus_reads.rs`) and the watch over the chain (`watch.rs`).
 
-mod delivery;
 mod prometheus_reads;
 mod traffic;
 mod watch;
@@ -35,13 +37,16 @@ use std::time::{Duration, Instant};
 
 use crate::common::judge::JudgeServer;
 use crate::common::prometheus::{
-    Killed, WINDOWS, by_stratum, daemon, load_rules_after_first_scrape, start_prometheus,
-    test_rules, unix_secs,
+    Killed, SCALE, backfill_history, by_stratum, chain_latency, daemon,
+    load_rules_after_first_scrape, simulated_delay, start_prometheus, unix_secs,
 };
 use crate::common::ragtruth::Data;
 use crate::common::*;
+use crate::paging::run::{After, judge_history};
 
-use delivery::{Delivered, Post, alertmanager_config, delivered, describe, prom_alerts, webhook};
+use crate::common::alertmanager::{
+    Delivered, Post, alertmanager_config, delivered, describe, prom_alerts, webhook,
+};
 use prometheus_reads::{check_dashboard, estimates, query_exemplars};
 use watch::Watch;
 
@@ -53,17 +58,30 @@ use watch::Watch;
 /// by `benches/page_power.rs` (docs/judges.md, the sizing table), but the test's 2 minutes hold
 /// only six windows, the first of them judged against a baseline of one minute. Half the traces go
 /// to the judge instead (about 200 verdicts a window): this test checks the chain from verdicts to a
-/// page; the rule's power at the shipped budget is measured by the simulation.
+/// page; the rule's power at the shipped budget is measured by the simulation and by
+/// `benches/page_compressed.rs`.
 const SAMPLE_RATE: f64 = 0.5;
+/// The sizing table's row the deadline is read at: the budget at or below the test's verdicts
+/// per short window.
+const VERDICTS_ROW: u32 = 120;
+/// The healthy history backfilled before Prometheus starts, per stratum at `RATE_PER_SEC`: the
+/// drop scan's horizon (10 min 40 s) and a minute of reference before it.
+const HISTORY: Duration = Duration::from_secs(700);
 /// Traces per second per stratum.
 const RATE_PER_SEC: u64 = 20;
-/// Healthy traffic before the drop, from Prometheus's start: the drop rule's baseline holds over
-/// three short windows of verdicts, with time to spare for every rule to misfire on a young one.
+/// Healthy traffic before the drop, from Prometheus's start: over three short windows of live
+/// verdicts, with time to spare for every rule to misfire.
 const HEALTHY: Duration = Duration::from_secs(70);
-/// The degraded phase lasts at least this long, and the page must arrive within `PAGE_DEADLINE` of
-/// the drop.
+/// The degraded phase lasts at least this long.
 const DEGRADED_MIN: Duration = Duration::from_secs(60);
-const PAGE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The page must arrive within this of the drop: the sizing table's first delay within which
+/// every simulated drop at the test's budget paged, divided by the scale, and the chain's own
+/// latency.
+fn page_deadline() -> Duration {
+    let (minutes, _) = simulated_delay(VERDICTS_ROW, "all");
+    SCALE.of(Duration::from_secs_f64(minutes * 60.0)) + chain_latency(SCALE)
+}
 const PAGES: [&str; 2] = [
     "RagwatchFaithfulnessBelowFloor",
     "RagwatchFaithfulnessDrift",
@@ -73,23 +91,30 @@ const NAMESPACE: &str = "rag-test";
 /// ragwatch's environment: the shipped LLM config, with what a test must change.
 fn ragwatch_env(brokers: &str, topic: &str, judge: &JudgeServer) -> Vec<(&'static str, String)> {
     let mut env = Ragwatch::kafka_env(brokers, topic, &unique("g"));
+    env.extend(SCALE.ragwatch_env());
     env.extend([
         ("RAGWATCH__STRATA__DECLARED", "stable,degrading".to_owned()),
         // The shipped per-stratum rate is for its own out_of_scope stratum, which is not declared here.
         ("RAGWATCH__SAMPLE__RATES", "{}".to_owned()),
-        (
-            "RAGWATCH__WINDOWS__WINDOW_SECS",
-            format!("[{}, {}, {}]", WINDOWS[0], WINDOWS[1], WINDOWS[2]),
-        ),
-        ("RAGWATCH__WINDOWS__SHORT_SECS", WINDOWS[0].to_string()),
-        ("RAGWATCH__WINDOWS__BASELINE_SECS", WINDOWS[2].to_string()),
         ("RAGWATCH__LLM__BASE_URL", judge.base_url()),
-        // The sample: see SAMPLE_RATE. The budget is raised to fit it (about 2.5 requests and
-        // 2,500 tokens a trace), so that nothing is skipped for budget.
+        // The sample: see SAMPLE_RATE. The budget is raised to fit it and the history judged as
+        // fast as it goes (about 2.5 requests and 2,500 tokens a trace), so that nothing is
+        // skipped for budget, and the judge's queue to hold a round of the history.
         ("RAGWATCH__SAMPLE__DEFAULT_RATE", SAMPLE_RATE.to_string()),
-        ("RAGWATCH__BUDGET__REQUESTS_PER_MINUTE", "12000".to_owned()),
-        ("RAGWATCH__BUDGET__TOKENS_PER_MINUTE", "20000000".to_owned()),
-        ("RAGWATCH__BUDGET__TOKENS_PER_DAY", "1000000000".to_owned()),
+        ("RAGWATCH__JUDGE__WORKERS", "32".to_owned()),
+        ("RAGWATCH__JUDGE__QUEUE_CAPACITY", "100000".to_owned()),
+        (
+            "RAGWATCH__BUDGET__REQUESTS_PER_MINUTE",
+            "100000000".to_owned(),
+        ),
+        (
+            "RAGWATCH__BUDGET__TOKENS_PER_MINUTE",
+            "100000000000".to_owned(),
+        ),
+        (
+            "RAGWATCH__BUDGET__TOKENS_PER_DAY",
+            "100000000000000".to_owned(),
+        ),
         ("RAGWATCH_LLM_API_KEY", "sk-test".to_owned()),
         // A reviewer posts human labels (below), as a team's review tool would.
         ("RAGWATCH__LABELS__ENABLED", "true".to_owned()),
@@ -190,20 +215,15 @@ fn start_alertmanager(dir: &Path) -> (u16, Killed, Arc<Mutex<Vec<Post>>>) {
     (am_port, am, seen)
 }
 
-/// Prometheus, its rules loaded once it scrapes ragwatch (RagwatchAbsent, `for` shortened to 3 s,
-/// would fire before its first scrape), sending its alerts to Alertmanager.
+/// Prometheus, its rules loaded once it scrapes ragwatch (RagwatchAbsent, `for` 40 s at 15x, would
+/// fire before its first scrape), sending its alerts to Alertmanager; its TSDB already holds the
+/// backfilled history.
 fn start_chain(dir: &Path, rw: &Ragwatch) -> Chain {
     let (am_port, am, seen) = start_alertmanager(dir);
     std::fs::write(dir.join("rules.yaml"), "groups: []\n").unwrap();
     std::fs::write(
         dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\n\
-             alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\"127.0.0.1:{am_port}\"]\n\
-             scrape_configs:\n  - job_name: ragwatch\n    static_configs:\n      - targets: [\"{}\"]\n\
-             \x20       labels: {{namespace: {NAMESPACE}, pod: ragwatch-0}}\n",
-            rw.addr
-        ),
+        SCALE.prometheus_yml(&rw.addr.to_string(), Some(am_port)),
     )
     .unwrap();
     let started = Instant::now();
@@ -220,7 +240,7 @@ fn start_chain(dir: &Path, rw: &Ragwatch) -> Chain {
         dir,
         prom_port,
         &prom,
-        &test_rules(),
+        &SCALE.rules(),
         "RagwatchFaithfulnessDrift",
     );
     Chain {
@@ -304,7 +324,7 @@ fn stable_alerts(prom: u16, posts: &[Delivered], t: f64) -> Vec<String> {
 }
 
 /// The drop: degrading goes from 90 % to 50 % faithful answers. The page must come within
-/// `PAGE_DEADLINE`; the stable stratum must stay quiet throughout, for at least `DEGRADED_MIN`.
+/// [`page_deadline`]; the stable stratum must stay quiet throughout, for at least `DEGRADED_MIN`.
 fn drop_phase(chain: &Chain, rw: &Ragwatch, traffic: &Traffic, watch: &mut Watch) -> Outcome {
     traffic.degraded.store(true, Ordering::Relaxed);
     let drop = Instant::now();
@@ -347,7 +367,7 @@ fn drop_phase(chain: &Chain, rw: &Ragwatch, traffic: &Traffic, watch: &mut Watch
             eprintln!("{t:>5.0}s after the drop: {}", estimates(chain.prom));
             last_log = Instant::now();
         }
-        if out.page.is_none() && drop.elapsed() >= PAGE_DEADLINE {
+        if out.page.is_none() && drop.elapsed() >= page_deadline() {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -442,7 +462,7 @@ fn print_figures(
             p.labels["alertname"].as_str().unwrap_or_default(),
             p.at.duration_since(out.drop).as_secs_f64()
         ),
-        None => eprintln!("drop -> page: none within {PAGE_DEADLINE:?}"),
+        None => eprintln!("drop -> page: none within {:?}", page_deadline()),
     }
     eprintln!("{}", watch.report());
     eprintln!(
@@ -504,9 +524,6 @@ fn assert_page(page: &Delivered) {
 }
 
 #[test]
-// With the windows shortened (5m -> 20s, 24h -> 300s) the baseline holds ~50 s of verdicts when the
-// drop comes; the drop rule is two-sample (the difference of the two means against both windows'
-// noise), so that young baseline's own noise does not flip the stable stratum.
 fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet() {
     let data = Data::load().expect("the labelled data reads");
     eprintln!(
@@ -523,6 +540,33 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         &repo().join("config/llm.toml"),
         &ragwatch_env(&broker.brokers(), &topic, &judge),
     );
+    // The healthy history: judged by ragwatch, then backfilled as Prometheus's past.
+    let strata = [
+        ("stable".to_owned(), After::Same),
+        ("degrading".to_owned(), After::Same),
+    ];
+    let shared = std::sync::Arc::new(data);
+    judge_history(
+        &strata,
+        12,
+        RATE_PER_SEC,
+        HISTORY,
+        &shared,
+        &rw,
+        &broker.brokers(),
+        &topic,
+    );
+    let series = backfill_history(
+        dir.path(),
+        &SCALE.rules(),
+        &rw.scrape().unwrap(),
+        &rw.addr.to_string(),
+        unix_secs() - 1.0,
+        HISTORY,
+        SCALE.evaluation(),
+    );
+    eprintln!("backfilled {series} series of healthy history");
+    let data = std::sync::Arc::try_unwrap(shared).ok().unwrap();
     let traffic = Traffic::start(data, broker.brokers(), topic.clone(), &rw);
     wait_both_strata_judged(&rw);
     let chain = start_chain(dir.path(), &rw);
@@ -550,7 +594,10 @@ fn a_real_faithfulness_drop_in_one_stratum_pages_and_the_stable_one_stays_quiet(
         out.stable_alerts
     );
     let Some(page) = &out.page else {
-        panic!("no page for the degrading stratum within {PAGE_DEADLINE:?} of the drop");
+        panic!(
+            "no page for the degrading stratum within {:?} of the drop",
+            page_deadline()
+        );
     };
     traffic.join();
     assert_page(page);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::prometheus::{by_stratum, query, test_dashboard, urlencode};
+use crate::common::prometheus::{SCALE, by_stratum, query, urlencode};
 use crate::common::{http_get, wait_for};
 
 /// The exemplars Prometheus holds for `q` between `start` and `end` (Unix seconds): the series'
@@ -126,7 +126,7 @@ fn dashboard_query(expr: &str, variables: &[String]) -> String {
 
 /// Every dashboard panel's query returns data from this Prometheus.
 pub(super) fn check_dashboard(prom: u16) {
-    let dash = test_dashboard();
+    let dash = SCALE.dashboard();
     let variables: Vec<String> = dash["templating"]["list"]
         .as_array()
         .into_iter()

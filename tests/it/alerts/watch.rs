@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::delivery::{describe, prom_alerts};
+use crate::common::alertmanager::{describe, prom_alerts};
 use crate::common::{Ragwatch, http_get};
 
 /// What was seen, and when (seconds from the drop; negative before it): the intervals each alert

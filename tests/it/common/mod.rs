@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod alertmanager;
 pub mod dockerfile;
 pub mod judge;
 pub mod manifests;
@@ -656,7 +657,7 @@ pub fn settled(
     families: &[&str],
     timeout: Duration,
 ) -> Samples {
-    let mut last: Option<Vec<(String, Vec<(String, String)>, u64)>> = None;
+    let mut last: Option<Vec<Sample>> = None;
     let what = format!("{families:?} to settle");
     wait_for(&what, timeout, || {
         let m = read()?;
@@ -666,6 +667,9 @@ pub fn settled(
         agreed.then_some(m)
     })
 }
+
+/// One sample as [`settled`] compares it: name, sorted labels, value bits.
+type Sample = (String, Vec<(String, String)>, u64);
 
 /// Parsed Prometheus text samples.
 pub struct Samples(pub Vec<(String, HashMap<String, String>, f64)>);
@@ -697,7 +701,7 @@ impl Samples {
 
     /// The samples of `families` (names starting with one of them), in order, labels sorted and
     /// values as bits (so NaN equals NaN): what [`settled`] compares between reads.
-    fn of_families(&self, families: &[&str]) -> Vec<(String, Vec<(String, String)>, u64)> {
+    fn of_families(&self, families: &[&str]) -> Vec<Sample> {
         let mut v: Vec<_> = self
             .0
             .iter()

@@ -12,10 +12,10 @@ use crate::common::prometheus::query;
 use crate::common::repo;
 
 /// One webhook post: when it arrived, the path (the receiver), the body.
-pub(super) type Post = (Instant, String, Value);
+pub type Post = (Instant, String, Value);
 
 /// Collects Alertmanager's webhook posts.
-pub(super) fn webhook() -> (u16, Arc<Mutex<Vec<Post>>>) {
+pub fn webhook() -> (u16, Arc<Mutex<Vec<Post>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -52,15 +52,15 @@ pub(super) fn webhook() -> (u16, Arc<Mutex<Vec<Post>>>) {
 }
 
 /// One alert as delivered: arrival, receiver path, status, labels, annotations.
-pub(super) struct Delivered {
-    pub(super) at: Instant,
-    pub(super) receiver: String,
-    pub(super) status: String,
-    pub(super) labels: Value,
-    pub(super) annotations: Value,
+pub struct Delivered {
+    pub at: Instant,
+    pub receiver: String,
+    pub status: String,
+    pub labels: Value,
+    pub annotations: Value,
 }
 
-pub(super) fn delivered(seen: &Mutex<Vec<Post>>) -> Vec<Delivered> {
+pub fn delivered(seen: &Mutex<Vec<Post>>) -> Vec<Delivered> {
     seen.lock()
         .unwrap()
         .iter()
@@ -85,7 +85,7 @@ pub(super) fn delivered(seen: &Mutex<Vec<Post>>) -> Vec<Delivered> {
 /// path naming the receiver, and its waits shortened with the rules' `for:` (a shipped 10 s
 /// `group_wait` would swallow alerts the shortened rules hold for a few seconds). Routes and inhibit
 /// rules stay as shipped.
-pub(super) fn alertmanager_config(hook_port: u16) -> String {
+pub fn alertmanager_config(hook_port: u16) -> String {
     let shipped =
         std::fs::read_to_string(repo().join("deploy/alertmanager/alertmanager.yml")).unwrap();
     let mut receiver = String::new();
@@ -123,7 +123,7 @@ pub(super) fn alertmanager_config(hook_port: u16) -> String {
 }
 
 /// The alerts Prometheus holds in `state` (firing or pending), as label sets.
-pub(super) fn prom_alerts(prom: u16, state: &str) -> Vec<Value> {
+pub fn prom_alerts(prom: u16, state: &str) -> Vec<Value> {
     query(prom, &format!("ALERTS{{alertstate=\"{state}\"}}"))
         .unwrap_or_default()
         .into_iter()
@@ -131,7 +131,7 @@ pub(super) fn prom_alerts(prom: u16, state: &str) -> Vec<Value> {
         .collect()
 }
 
-pub(super) fn describe(labels: &Value) -> String {
+pub fn describe(labels: &Value) -> String {
     format!(
         "{}{{stratum={}, severity={}}}",
         labels["alertname"].as_str().unwrap_or("?"),
