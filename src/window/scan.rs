@@ -91,7 +91,7 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// A window's evidence from its sums and those of the reference ([`reference`]): the reference's
+    /// A window's evidence from its sums and those of the reference ([`reference()`]): the reference's
     /// estimate tunes its own `lambda`, the window's takes it. `None` without an estimate on
     /// either side.
     pub fn of(window: &EstimateSums, rest: &EstimateSums) -> Option<Evidence> {

