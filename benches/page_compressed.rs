@@ -39,13 +39,7 @@ use clap::Parser;
 
 use common::prometheus::{SCALE, chain_latency, simulated_delay};
 use common::ragtruth::Data;
-use run::{After, Outcome, Plan};
-
-/// Traces per second per stratum, and the sample rate giving ~60 LLM verdicts per compressed
-/// short window (as tests/it/paging.rs).
-const RATE_PER_SEC: u64 = 5;
-const SAMPLE_RATE: f64 = 0.36;
-const VERDICTS_PER_SHORT: u32 = 60;
+use run::{After, Outcome, Plan, RATE_PER_SEC, SAMPLE_RATE, VERDICTS_PER_SHORT};
 
 #[derive(Parser, Debug)]
 #[command(about = "The compressed page through the real chain against the simulated p95")]

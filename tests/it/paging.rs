@@ -27,15 +27,7 @@ use std::time::Duration;
 
 use crate::common::prometheus::{SCALE, chain_latency, simulated_delay};
 use crate::common::ragtruth::Data;
-use run::{After, Outcome, PAGES, Plan};
-
-/// Traces per second per stratum.
-pub const RATE_PER_SEC: u64 = 5;
-/// About 60 verdicts per stratum per 20 s window at 5 traces/s (with the offline judge's
-/// uncertain traces sampled at three times the rate).
-pub const SAMPLE_RATE: f64 = 0.36;
-/// The budget the sizing table is read at: LLM verdicts per stratum per short window.
-pub const VERDICTS_PER_SHORT: u32 = 60;
+use run::{After, Outcome, PAGES, Plan, RATE_PER_SEC, SAMPLE_RATE, VERDICTS_PER_SHORT};
 
 fn strata() -> Vec<(String, After)> {
     let mut out = Vec::new();

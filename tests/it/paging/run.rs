@@ -290,6 +290,16 @@ fn start_alertmanager(dir: &Path) -> (u16, Killed, Arc<std::sync::Mutex<Vec<aler
 }
 
 /// Runs `plan` on the labelled `data`.
+/// Traces per second per stratum in the paging test and the compressed-page benchmark.
+pub const RATE_PER_SEC: u64 = 5;
+/// About 60 LLM verdicts per stratum per compressed short window (20 s, 100 traces at 5/s): the
+/// shipped `sample.min_per_window` (20) guaranteed, then 80 traces at this rate, the offline
+/// judge's uncertain ones at three times it (measured: 59 per window over a compressed day,
+/// `benches/page_compressed.rs`'s "history" line).
+pub const SAMPLE_RATE: f64 = 0.47;
+/// The budget the sizing table is read at: LLM verdicts per stratum per short window.
+pub const VERDICTS_PER_SHORT: u32 = 60;
+
 pub fn run(plan: &Plan, data: &Arc<Data>) -> Outcome {
     let judge = JudgeServer::following_labels(labels(data), plan.seed);
     let dir = tempfile::tempdir().unwrap();
