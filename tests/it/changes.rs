@@ -271,7 +271,9 @@ fn six_healthy_half_hours_list_no_suspect() {
         }
     }
     eprintln!(
-        "{tested} candidates tested over 36 windows; highest change lower bound {highest:.3}"
+        "{tested} candidates tested over 36 windows; highest change lower bound {highest:.3}; \
+         {} listed as changed",
+        listed.len()
     );
     assert!(tested >= 36 * 5, "too few candidates were tested: {tested}");
     // Each read holds the family-wise error of a listed rise to 2.5 %: about one read in 40.
