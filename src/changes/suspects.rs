@@ -17,11 +17,13 @@
 //!
 //! A lift within one window is an association, and on a real knowledge base the strongest ones are
 //! the documents of hard questions: each is retrieved for its own questions, whose answers are
-//! often low whatever the document says. So the short window is read as a change: each candidate's
-//! lift now over its own lift before the window (the baseline window's counts less the short
-//! window's), a ratio of two independent risk ratios whose log has the standard error
-//! sqrt(se_now² + se_before²), at the same z. A candidate is listed as changed when that ratio's
-//! lower bound is above 1: its low rate rose more than the rest of the stratum's did. Comparing a
+//! often low whatever the document says. So the short window is read as a change: each candidate is
+//! compared with itself before the window (the baseline window's counts less the short window's).
+//! With nothing changed, its low rate now is expected at the rest of the stratum's rate now times
+//! its own lift before; the change is its rate now over that expected one, with a score interval
+//! (the [`Rise`] test: the count's null variance at each candidate change, plus the expected
+//! rate's own, continuity-corrected) at the same z. A candidate is listed as changed when the
+//! interval's lower end is above 1: its low rate rose more than the rest of the stratum's did. Comparing a
 //! document with itself holds its questions fixed, as long as it is retrieved for the same
 //! questions before and now. A candidate with no verdict before the window is compared with the
 //! stratum's rate (a lift of 1) when it is new: its share of the window's traces is more than
