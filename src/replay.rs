@@ -1104,9 +1104,15 @@ impl Summary {
                         t.push_str("  none\n");
                     }
                     for s in listed {
-                        let before = s.before.as_ref().map_or("none before".to_owned(), |b| {
-                            format!("before {} of {}", b.low, b.verdicts)
-                        });
+                        let before = s.before.as_ref().map_or_else(
+                            || match s.change.map(|c| c.against) {
+                                Some(crate::changes::Against::Stratum) => {
+                                    "new: against the stratum".to_owned()
+                                }
+                                _ => "before unknown".to_owned(),
+                            },
+                            |b| format!("before {} of {}", b.low, b.verdicts),
+                        );
                         let f = s.change.map_or(before.clone(), |c| {
                             format!(
                                 "{before}  change {:.2} [{:.2}, {:.2}]",
