@@ -247,6 +247,11 @@ struct ReplayArgs {
     /// Human labels to join to the traces by id (JSON lines: trace_id, faithful, source).
     #[arg(long)]
     labels: Option<PathBuf>,
+    /// Earlier traces to compare the suspects with (repeatable): judged by the offline judge
+    /// first, so the suspects list what changed between them and the files, and the chronic
+    /// ones apart. Without it the suspects are the whole run's associations.
+    #[arg(long)]
+    suspects_baseline: Vec<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -694,6 +699,7 @@ fn replay(
         seed,
         resamples,
         labels,
+        suspects_baseline,
     } = args;
     let mut config = match load(&config, env) {
         Ok(c) => c,
@@ -755,9 +761,13 @@ fn replay(
             .as_ref()
             .map(ragwatch::replay::ReplayJudge::Llm)
             .or_else(|| replay_classifier(classifier.as_ref()));
+        let files = ragwatch::replay::ReplayFiles {
+            traces: &files,
+            suspects_baseline: &suspects_baseline,
+        };
         let replayed = ragwatch::replay::replay_with(
             &config,
-            &files,
+            files,
             second,
             &k,
             audit,

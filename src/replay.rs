@@ -242,9 +242,23 @@ pub struct Summary {
     /// With `[variants]`: how a trace's variant is read.
     #[serde(skip)]
     pub(crate) variants: Option<Variants>,
-    /// The documents and sources over-represented in each stratum's low verdicts, over the whole
-    /// run (`[changes]`), per judge.
+    /// The documents and sources over-represented in each stratum's low verdicts, per judge
+    /// (`[changes]`): with a baseline set, what changed against it; else the whole run's
+    /// associations.
     pub suspects: Vec<crate::changes::StratumReport>,
+    /// Traces of the baseline set (`--suspects-baseline`) judged by the offline judge.
+    pub suspects_baseline_traces: u64,
+}
+
+/// The files a replay reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayFiles<'a> {
+    /// The traces judged (`-` is stdin).
+    pub traces: &'a [PathBuf],
+    /// A set of earlier traces the suspects are compared with (`--suspects-baseline`): judged by
+    /// the offline judge into the change attribution only, before `traces`, so the suspects say
+    /// what changed between the two sets. Empty: the suspects are the whole run's associations.
+    pub suspects_baseline: &'a [PathBuf],
 }
 
 /// What a trace's record carries besides its evaluation: with the LLM judge, the offline judge's
@@ -349,6 +363,10 @@ pub async fn replay_with_labels(
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let judge = llm.map(ReplayJudge::Llm);
+    let files = ReplayFiles {
+        traces: files,
+        suspects_baseline: &[],
+    };
     replay_with(config, files, judge, ks, audit, labels, out).await
 }
 
@@ -391,10 +409,11 @@ impl<'a> ReplayJudge<'a> {
     }
 }
 
-/// [`replay_with_labels`] with any second judge.
+/// [`replay_with_labels`] with any second judge, and the suspects compared with a baseline set
+/// when `files` names one.
 pub async fn replay_with(
     config: &Config,
-    files: &[PathBuf],
+    files: ReplayFiles<'_>,
     second: Option<ReplayJudge<'_>>,
     ks: &[usize],
     audit: bool,
@@ -420,9 +439,17 @@ pub async fn replay_with(
         labels,
         second: second.map_or(JudgeKind::Llm, ReplayJudge::kind).name(),
     };
-    let progress = progress_bar(files);
     let keep = config.decode.max_message_bytes.saturating_add(1);
     let otlp = config.decode.format.is_otlp();
+    if !files.suspects_baseline.is_empty() {
+        summary.suspects_baseline_traces =
+            read_suspects_baseline(config, files.suspects_baseline, &pipeline, &shared)?;
+        if let Some(changes) = shared.changes() {
+            changes.baseline_set_read();
+        }
+    }
+    let files = files.traces;
+    let progress = progress_bar(files);
     match second {
         None if otlp => {
             let (messages, dropped) =
@@ -532,6 +559,36 @@ pub async fn replay_with(
     judges.extend(second.map(ReplayJudge::kind));
     summary.suspects = shared.suspect_reports(&judges, 0);
     Ok(summary)
+}
+
+/// Judges the baseline set's traces with the offline judge into the change attribution (nothing
+/// else counts them, and nothing is written); returns how many were judged.
+fn read_suspects_baseline(
+    config: &Config,
+    files: &[PathBuf],
+    pipeline: &Pipeline,
+    shared: &Shared,
+) -> std::io::Result<u64> {
+    let mut judged = 0u64;
+    let mut attribute = |eval: &Evaluation| {
+        if let (Ok(trace), Some(verdict), None) = (&eval.trace, &eval.verdict, eval.unjudged) {
+            shared.attribute_replayed(eval.stratum, trace, Some(verdict), None);
+            judged += 1;
+        }
+    };
+    if config.decode.format.is_otlp() {
+        otlp::for_each_trace(files, config, None, |outcome, _| {
+            attribute(&evaluate_outcome(pipeline, outcome).0);
+            Ok(())
+        })?;
+    } else {
+        let keep = config.decode.max_message_bytes.saturating_add(1);
+        for_each_line_blocking(files, keep, None, |buf, _| {
+            attribute(&pipeline.evaluate(buf).0);
+            Ok(())
+        })?;
+    }
+    Ok(judged)
 }
 
 /// What the judging loop takes: a line to decode, or what the span assembly made of OTLP files.
@@ -995,23 +1052,97 @@ impl Summary {
         t
     }
 
-    /// The suspects section of the table: per stratum and judge, each listed document and source
-    /// with its low verdicts, its lift and the lift's interval.
+    /// The suspects section of the table: per stratum and judge, with a baseline set the
+    /// changed documents and sources (their change against the baseline set and its interval) and,
+    /// apart, the chronic ones; without one, the whole run's associations (their lift).
     fn suspect_table(&self) -> String {
+        use crate::changes::Basis;
         let mut t = String::new();
+        let row = |t: &mut String, s: &crate::changes::Suspect, figures: String| {
+            t.push_str(&format!(
+                "  {:<40} low {:>5} of {:>5}  {figures}\n",
+                s.id, s.low, s.verdicts
+            ));
+        };
         for r in &self.suspects {
-            let listed = r.report.documents.iter().chain(&r.report.sources);
-            for (i, s) in listed.enumerate() {
-                if i == 0 {
-                    t.push_str(&format!(
-                        "suspects of {} ({} judge, {} of {} verdicts low, z {:.2}):\n",
-                        r.stratum, r.judge, r.report.low, r.report.verdicts, r.report.z
-                    ));
+            let head = |what: &str| {
+                format!(
+                    "{what} in {} ({} judge, {} of {} verdicts low{}, z {:.2}; {} tested, {} too thin):\n",
+                    r.stratum,
+                    r.judge,
+                    r.report.low,
+                    r.report.verdicts,
+                    r.report.before.map_or(String::new(), |b| format!(
+                        ", against {} of {} before",
+                        b.low, b.verdicts
+                    )),
+                    r.report.z,
+                    r.report.tested,
+                    r.report.too_thin,
+                )
+            };
+            let report = &r.report;
+            let listed: Vec<_> = report.documents.iter().chain(&report.sources).collect();
+            match report.basis {
+                Basis::Association => {
+                    if !listed.is_empty() {
+                        t.push_str(&head(
+                            "associations, not changes (one window, no baseline set)",
+                        ));
+                    }
+                    for s in listed {
+                        let f = format!(
+                            "lift {:.2} [{:.2}, {:.2}]",
+                            s.lift, s.lift_lower, s.lift_upper
+                        );
+                        row(&mut t, s, f);
+                    }
                 }
-                t.push_str(&format!(
-                    "  {:<40} low {:>5} of {:>5}  lift {:.2} [{:.2}, {:.2}]\n",
-                    s.id, s.low, s.verdicts, s.lift, s.lift_lower, s.lift_upper
-                ));
+                Basis::Change => {
+                    t.push_str(&head("changes against the baseline set"));
+                    if listed.is_empty() {
+                        t.push_str("  none\n");
+                    }
+                    for s in listed {
+                        let before = s.before.as_ref().map_or_else(
+                            || match s.change.map(|c| c.against) {
+                                Some(crate::changes::Against::Stratum) => {
+                                    "new: against the stratum".to_owned()
+                                }
+                                _ => "before unknown".to_owned(),
+                            },
+                            |b| format!("before {} of {}", b.low, b.verdicts),
+                        );
+                        let f = s.change.map_or(before.clone(), |c| {
+                            format!(
+                                "{before}  change {:.2} [{:.2}, {:.2}]",
+                                c.ratio, c.lower, c.upper
+                            )
+                        });
+                        row(&mut t, s, f);
+                    }
+                    let chronic: Vec<_> = report
+                        .chronic_documents
+                        .iter()
+                        .chain(&report.chronic_sources)
+                        .collect();
+                    if !chronic.is_empty() {
+                        t.push_str(&head("chronic, as high before"));
+                    }
+                    for s in chronic {
+                        let before = s.before.as_ref().map_or(String::new(), |b| {
+                            format!(
+                                ", before {:.2} [{:.2}, {:.2}]",
+                                b.lift, b.lift_lower, b.lift_upper
+                            )
+                        });
+                        let f = format!(
+                            "lift {:.2} [{:.2}, {:.2}]{before}",
+                            s.lift, s.lift_lower, s.lift_upper
+                        );
+                        row(&mut t, s, f);
+                    }
+                }
             }
         }
         t

@@ -19,6 +19,7 @@ mod source;
 mod suspects;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -29,8 +30,8 @@ use config::{Better, ChangesConfig};
 pub(crate) use novelty::Novelty;
 use novelty::QuestionIndex;
 use source::{SourceSet, Sources};
+pub use suspects::{Against, Basis, Before, Change, Report, Status, Suspect, Totals, Window};
 use suspects::{JUDGES, StratumSuspects, Test};
-pub use suspects::{Report, Suspect, Window};
 
 /// Distinct context ids a trace contributes at most (the rest are left out of the sketch).
 const MAX_IDS_PER_TRACE: usize = 64;
@@ -52,8 +53,13 @@ pub struct Changes {
     low_scores: Vec<(Quality, f64)>,
     coverage: Option<(f64, Better)>,
     test: Test,
-    /// Every trace in one epoch, whatever the clock (replay: the whole run is one window).
+    /// Every trace at one time, whatever the clock (replay: the whole run is one window).
     whole_run: bool,
+    /// That time, in ms: 0, or once a replay's baseline set is in, a time whose short window
+    /// holds none of it and whose baseline window holds all of it.
+    replay_ms: AtomicU64,
+    /// The short window's length, in ms.
+    short_ms: u64,
 }
 
 /// What the recorder counts of a trace's arrival.
@@ -136,7 +142,19 @@ impl Changes {
                 all: false,
             },
             whole_run,
+            replay_ms: AtomicU64::new(0),
+            short_ms,
         })
+    }
+
+    /// Replay: what was read so far is the baseline set; what follows is the window compared with
+    /// it. Its traces go in one short window later, which the baseline window still covers (the
+    /// config's short window is shorter than its baseline).
+    pub fn baseline_set_read(&self) {
+        if self.whole_run {
+            self.replay_ms
+                .store(self.short_ms.max(1), Ordering::Relaxed);
+        }
     }
 
     /// The source label values (declared, `other`, `unknown`); empty without sources.
@@ -155,7 +173,11 @@ impl Changes {
     }
 
     fn clock(&self, now_ms: u64) -> u64 {
-        if self.whole_run { 0 } else { now_ms }
+        if self.whole_run {
+            self.replay_ms.load(Ordering::Relaxed)
+        } else {
+            now_ms
+        }
     }
 
     fn stratum(&self, stratum: StratumId) -> Option<std::sync::MutexGuard<'_, StratumChanges>> {

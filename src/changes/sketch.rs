@@ -99,8 +99,14 @@ impl<T: Default> Sketch<T> {
         &self.entries
     }
 
+    /// The entry of `key` when held.
+    pub fn get(&self, key: &str) -> Option<&Entry<T>> {
+        let key = held_key(key);
+        let slot = *self.slots.get(&xxh3_64(key.as_bytes()))?;
+        Some(&self.entries[slot as usize])
+    }
+
     /// The smallest held count when full (what an absent key may have had), else 0.
-    #[cfg(test)]
     pub fn floor(&self) -> u64 {
         if self.entries.len() < self.capacity {
             return 0;

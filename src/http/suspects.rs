@@ -1,11 +1,16 @@
-//! `GET /v1/suspects`: the documents and sources over-represented in a stratum's low-scoring
-//! traces, with their lift and its interval (`changes::Report`), as JSON.
+//! `GET /v1/suspects`: what changed in a stratum's low-scoring traces (`changes::Report`), as
+//! JSON. The short window is compared with the baseline window before it: the documents and
+//! sources whose low rate rose more than the rest of the stratum's (`documents`, `sources`, each
+//! with its change and interval), and apart the chronic ones, as strongly associated before
+//! (`chronic_documents`, `chronic_sources`). Each report says how many candidates it tested and
+//! how many were too thin to test (`tested`, `too_thin`). The baseline window, or a short window
+//! with too few verdicts before it, is one of associations (`basis`).
 //!
 //! Query parameters, all optional: `stratum` (default: every stratum), `judge` (`offline` or
 //! `llm`; default: every judge that gives verdicts), `window` (`short`, the default, or
 //! `baseline`), `limit` (per list, at most 100; default `changes.limit`), `all=true` (the
-//! strongest candidates even below `changes.min_lift`, each marked `listed` or not). The answer
-//! is bounded: strata x judges x 2 lists x `limit` entries, each id cut to 128 bytes.
+//! strongest candidates even below the listing thresholds, each marked `listed` or not). The
+//! answer is bounded: strata x judges x 4 lists x `limit` entries, each id cut to 128 bytes.
 
 use axum::Json;
 use axum::extract::{Query, State};
