@@ -311,8 +311,8 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Produces batch `b` at the start of the next slot and waits until the fleet and the lone
-    /// replica settle.
+    /// Produces batch `b` at the start of its slot and waits until the fleet and the lone replica
+    /// settle.
     fn batch(&mut self, b: usize, replicas: &[Replica], solo: &Replica) {
         sleep_until(self.t0 + self.slot as f64 * SLOT);
         let start = unix_secs();
@@ -339,7 +339,10 @@ impl Run<'_> {
             start - self.t0,
             settled - start
         );
-        self.slot += 1;
+        // The next slot, or the first one after this batch settled where it ran past its own (a
+        // loaded machine): batches never overlap, so every window edge can fall in quiet time.
+        let after = ((settled + 0.5 - self.t0) / SLOT).ceil().max(0.0) as usize;
+        self.slot = (self.slot + 1).max(after);
     }
 
     /// The next batch takes the first slot that starts after now.
