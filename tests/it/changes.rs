@@ -60,6 +60,19 @@ fn passage_id(text: &str) -> String {
     format!("kb/p/{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
 }
 
+/// An answer's retrieved passages as contexts, each under its passage id.
+fn passages(item: &Value) -> Vec<Value> {
+    item["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let text = c.as_str().unwrap();
+            json!({"id": passage_id(text), "text": text})
+        })
+        .collect()
+}
+
 /// Builds the stream: `corrupted_share` of the traces retrieve the corrupted document in place
 /// of their first passage and carry an unfaithful answer; 30 % of the others also retrieve the
 /// popular document; `spread` more shared documents are each retrieved into 1 in `spread` of them.
@@ -79,15 +92,7 @@ impl Stream<'_> {
             &self.data.all
         };
         let item = pool.choose(&mut self.rng).unwrap();
-        let mut contexts: Vec<Value> = item["contexts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                let text = c.as_str().unwrap();
-                json!({"id": passage_id(text), "text": text})
-            })
-            .collect();
+        let mut contexts = passages(item);
         let filler = |i: usize| self.data.all[i]["contexts"][0].clone();
         if bad {
             contexts[0] = json!({"id": CORRUPTED, "text": filler(11)});
@@ -466,15 +471,7 @@ impl<'a> Kb<'a> {
             let q = self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1);
             *self.questions[q].choose(&mut self.rng).unwrap()
         };
-        let mut contexts: Vec<Value> = item["contexts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                let text = c.as_str().unwrap();
-                json!({"id": passage_id(text), "text": text})
-            })
-            .collect();
+        let mut contexts = passages(item);
         for (on, doc, text) in [
             (watched, CORRUPTED, &self.watched_text),
             (
